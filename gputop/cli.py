@@ -1,0 +1,113 @@
+"""Command-line entry point: ``gputop [global options] [command] ...``.
+
+Each command lives in ``gputop/commands/<name>.py`` with ``register(subparsers, common)`` and
+``run(args) -> int``; this module only parses arguments, validates the global options and
+turns expected failures (``UsageError``) into one-line errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gputop import __version__
+from gputop.errors import UsageError
+
+# Order is the order shown in --help.
+COMMANDS = ("top", "snapshot", "watch", "capture", "analyze", "run", "record", "report")
+
+
+def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """Global options, accepted before the command and (for convenience) after it too."""
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--demo",
+        metavar="SCENARIO",
+        default=default,
+        help="run on simulated GPUs with a scripted scenario (`--demo list` lists them)",
+    )
+    parser.add_argument(
+        "--gpus",
+        metavar="LIST",
+        default=default,
+        help="only these GPU indices, e.g. 0,2",
+    )
+    parser.add_argument(
+        "--interval",
+        metavar="SECONDS",
+        type=float,
+        default=argparse.SUPPRESS if suppress else 1.0,
+        help="sampling interval in seconds (default 1.0)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=argparse.SUPPRESS if suppress else 0,
+        help="seed of the simulated GPUs (default 0)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gputop",
+        description=(
+            "GPU monitor for ML training: live GPUs, host and training processes, stall "
+            "diagnosis, and one-key torch.profiler captures. With no command, opens the live "
+            "monitor. On a machine without an NVIDIA driver, try `gputop --demo tour`."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"gputop {__version__}")
+    _add_global_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_global_options(common, suppress=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"gputop.commands.{name}")
+        module.register(sub, common)
+    return parser
+
+
+def _validate_globals(args: argparse.Namespace) -> None:
+    from gputop.collect.scenarios import SCENARIOS
+
+    if args.demo is not None and args.demo != "list" and args.demo not in SCENARIOS:
+        raise UsageError(
+            f"unknown scenario {args.demo!r}; valid scenarios: {', '.join(SCENARIOS)}"
+        )
+    if args.gpus is not None:
+        try:
+            args.gpus = [int(x) for x in str(args.gpus).split(",") if x.strip() != ""]
+        except ValueError:
+            raise UsageError(f"--gpus takes indices like 0,2, not {args.gpus!r}") from None
+        if any(i < 0 for i in args.gpus):
+            raise UsageError("--gpus indices must be 0 or more")
+    if not (0.05 <= args.interval <= 3600):
+        raise UsageError("--interval must be between 0.05 and 3600 seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _validate_globals(args)
+        if args.demo == "list":
+            from gputop.collect.scenarios import describe_scenarios
+
+            print(describe_scenarios())
+            return 0
+        name = args.command or "top"
+        if args.command is None:
+            # Parse again so `gputop` alone gets the `top` command's defaults.
+            args = parser.parse_args([*(argv if argv is not None else sys.argv[1:]), "top"])
+            _validate_globals(args)
+        module = importlib.import_module(f"gputop.commands.{name}")
+        return int(module.run(args) or 0)
+    except UsageError as exc:
+        print(f"gputop: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `gputop snapshot | head`: the reader went away; that is not an error of ours.
+        return 0

@@ -1,0 +1,375 @@
+"""GPU sampling through NVML (nvidia-ml-py).
+
+Every field is read on its own and is ``None`` when the driver refuses it; a refusal that will not
+change (NOT_SUPPORTED, NO_PERMISSION, a missing symbol) is remembered per GPU so the call is not
+retried every tick. Versioned calls fall back to their older forms when the library lacks them.
+A GPU that falls off the bus is reported ``lost`` while the others carry on. Without a driver,
+``open()`` returns a ``DriverInfo`` that says so; nothing raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from gputop.model import DriverInfo, GpuSample
+
+log = logging.getLogger(__name__)
+
+# Refusals that will not change while we run: stop asking.
+_PERMANENT = {
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_NO_PERMISSION,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_INVALID_ARGUMENT,
+}
+
+CLOCK_EVENT_NAMES = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+# The reasons that mean the clock is being held down against the workload's will.
+THROTTLE_EVENTS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
+
+GPM_METRICS = {
+    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+}
+
+
+def decode_clock_events(mask: int) -> tuple[str, ...]:
+    return tuple(name for bit, name in CLOCK_EVENT_NAMES.items() if mask & bit)
+
+
+def _cuda_version_text(version: int) -> str:
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+class _Lost(Exception):
+    """The GPU answered NVML_ERROR_GPU_IS_LOST."""
+
+
+@dataclass
+class _Device:
+    index: int
+    handle: Any
+    name: str | None = None
+    uuid: str | None = None
+    bus_id: str | None = None
+    unsupported: set[str] = field(default_factory=set)  # the per-GPU capability cache
+    static: dict[str, Any] = field(default_factory=dict)
+    gpm_prev: Any = None
+    gpm_checked: bool = False
+    proc_util_seen: int = 0
+    lost: bool = False
+
+
+def describe_init_error(exc: BaseException) -> str:
+    value = getattr(exc, "value", None)
+    if value == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return "NVIDIA driver not available (libnvidia-ml.so.1 not found)"
+    if value == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        return "NVIDIA driver not loaded (the kernel module is not running)"
+    if value == pynvml.NVML_ERROR_NO_PERMISSION:
+        return "NVIDIA driver refused access (no permission for /dev/nvidia*)"
+    return f"NVIDIA driver not usable: {exc}"
+
+
+class NvmlCollector:
+    """Samples every GPU NVML reports (or those in ``only``) on each ``sample()`` call."""
+
+    def __init__(self, only: list[int] | None = None) -> None:
+        self.only = only
+        self.devices: list[_Device] = []
+        self.driver = DriverInfo(available=False, error="NVML not initialised")
+        self._open = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def open(self) -> DriverInfo:
+        try:
+            pynvml.nvmlInit()
+        except (pynvml.NVMLError, OSError) as exc:
+            self.driver = DriverInfo(available=False, error=describe_init_error(exc))
+            return self.driver
+        self._open = True
+        driver_version = self._system(pynvml.nvmlSystemGetDriverVersion)
+        cuda = self._system(pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        if cuda is None:
+            cuda = self._system(pynvml.nvmlSystemGetCudaDriverVersion)
+        nvml_version = self._system(pynvml.nvmlSystemGetNVMLVersion)
+        count = self._system(pynvml.nvmlDeviceGetCount) or 0
+        for index in range(count):
+            if self.only is not None and index not in self.only:
+                continue
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            except pynvml.NVMLError as exc:
+                log.warning("GPU %d: no handle: %s", index, exc)
+                dev = _Device(index, None, lost=True)
+                self.devices.append(dev)
+                continue
+            dev = _Device(index, handle)
+            self._read_static(dev)
+            self.devices.append(dev)
+        self.driver = DriverInfo(
+            available=True,
+            driver_version=driver_version,
+            cuda_version=_cuda_version_text(cuda) if cuda else None,
+            nvml_version=nvml_version,
+        )
+        return self.driver
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        for dev in self.devices:
+            if dev.gpm_prev is not None:
+                self._quiet(pynvml.nvmlGpmSampleFree, dev.gpm_prev)
+                dev.gpm_prev = None
+        self._quiet(pynvml.nvmlShutdown)
+        self._open = False
+
+    @staticmethod
+    def _system(fn: Callable, *args):
+        try:
+            return fn(*args)
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError):
+            return None
+
+    @staticmethod
+    def _quiet(fn: Callable, *args) -> None:
+        try:
+            fn(*args)
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError):
+            pass
+
+    # -- one field ----------------------------------------------------------------------------
+
+    def _get(self, dev: _Device, feature: str, fn: Callable, *args):
+        """Call ``fn(handle, *args)``; None when refused; remember permanent refusals."""
+        if feature in dev.unsupported:
+            return None
+        try:
+            return fn(dev.handle, *args)
+        except pynvml.NVMLError as exc:
+            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise _Lost from exc
+            if exc.value in _PERMANENT:
+                dev.unsupported.add(feature)
+            return None
+
+    def _read_static(self, dev: _Device) -> None:
+        try:
+            dev.name = self._get(dev, "name", pynvml.nvmlDeviceGetName)
+            dev.uuid = self._get(dev, "uuid", pynvml.nvmlDeviceGetUUID)
+            pci = self._get(dev, "pci", pynvml.nvmlDeviceGetPciInfo_v3)
+            if pci is not None:
+                bus = pci.busId
+                dev.bus_id = bus.decode() if isinstance(bus, bytes) else str(bus)
+            s = dev.static
+            s["sm_clock_max_mhz"] = self._get(
+                dev, "sm_clock_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM
+            )
+            s["mem_clock_max_mhz"] = self._get(
+                dev, "mem_clock_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM
+            )
+            s["pcie_gen_max"] = self._get(dev, "pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
+            s["pcie_width_max"] = self._get(dev, "pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
+        except _Lost:
+            dev.lost = True
+
+    # -- versioned calls with fallbacks ---------------------------------------------------------
+
+    def _memory(self, dev: _Device) -> tuple[int | None, int | None, int | None]:
+        if "memory_v2" not in dev.unsupported:
+            mem = self._get(
+                dev, "memory_v2", pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2
+            )
+            if mem is not None:
+                return mem.used, mem.total, mem.reserved
+        mem = self._get(dev, "memory", pynvml.nvmlDeviceGetMemoryInfo)
+        if mem is None:
+            return None, None, None
+        return mem.used, mem.total, None
+
+    def _clock_events(self, dev: _Device) -> tuple[str, ...] | None:
+        mask = self._get(dev, "clock_events", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+        if mask is None and "clock_events" in dev.unsupported:
+            # Drivers before 535 only have the older name of the same call.
+            mask = self._get(
+                dev, "throttle_reasons", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            )
+        return None if mask is None else decode_clock_events(mask)
+
+    def _processes(self, dev: _Device) -> list[tuple[int, int | None]]:
+        procs = None
+        if "processes_v3" not in dev.unsupported:
+            try:
+                procs = self._get(dev, "processes_v3", pynvml.nvmlDeviceGetComputeRunningProcesses)
+            except pynvml.NVMLLibraryMismatchError:
+                # Not an NVMLError: the library lacks the _v3 symbol. Use _v2 from now on.
+                dev.unsupported.add("processes_v3")
+        if procs is None and "processes_v3" in dev.unsupported:
+            procs = self._get(dev, "processes_v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2)
+        return [(p.pid, p.usedGpuMemory) for p in procs or []]
+
+    def _process_utilization(self, dev: _Device) -> dict[int, float]:
+        if "process_utilization" in dev.unsupported:
+            return {}
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(dev.handle, dev.proc_util_seen)
+        except pynvml.NVMLError as exc:
+            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise _Lost from exc
+            if exc.value in _PERMANENT:
+                dev.unsupported.add("process_utilization")
+            return {}  # NOT_FOUND: no samples since last time
+        util: dict[int, float] = {}
+        for s in samples:
+            dev.proc_util_seen = max(dev.proc_util_seen, s.timeStamp)
+            util[s.pid] = max(util.get(s.pid, 0.0), float(s.smUtil))
+        return util
+
+    def _gpm(self, dev: _Device) -> dict[str, float | None]:
+        empty = dict.fromkeys(GPM_METRICS)
+        if "gpm" in dev.unsupported:
+            return empty
+        if not dev.gpm_checked:
+            dev.gpm_checked = True
+            support = self._get(dev, "gpm", pynvml.nvmlGpmQueryDeviceSupport)
+            if support is None or not support.isSupportedDevice:
+                dev.unsupported.add("gpm")
+                return empty
+        try:
+            sample = pynvml.nvmlGpmSampleAlloc()
+            pynvml.nvmlGpmSampleGet(dev.handle, sample)
+        except pynvml.NVMLError as exc:
+            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise _Lost from exc
+            dev.unsupported.add("gpm")
+            return empty
+        prev, dev.gpm_prev = dev.gpm_prev, sample
+        if prev is None:
+            return empty  # GPM metrics are rates between two samples: wait for the next tick
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = prev, sample
+        for i, metric_id in enumerate(GPM_METRICS.values()):
+            request.metrics[i].metricId = metric_id
+        result = dict(empty)
+        try:
+            pynvml.nvmlGpmMetricsGet(request)
+            for i, name in enumerate(GPM_METRICS):
+                metric = request.metrics[i]
+                if metric.nvmlReturn == pynvml.NVML_SUCCESS:
+                    result[name] = round(metric.value, 2)
+        except pynvml.NVMLError:
+            pass
+        finally:
+            self._quiet(pynvml.nvmlGpmSampleFree, prev)
+        return result
+
+    # -- a tick -------------------------------------------------------------------------------
+
+    def sample(self) -> list[tuple[GpuSample, list[tuple[int, int | None]], dict[int, float]]]:
+        """Per GPU: the sample (without processes), its compute pids with memory, and SM %."""
+        out = []
+        for dev in self.devices:
+            if dev.lost:
+                out.append((self._lost_sample(dev), [], {}))
+                continue
+            try:
+                out.append(self._sample_device(dev))
+            except _Lost:
+                dev.lost = True
+                log.warning("GPU %d fell off the bus", dev.index)
+                out.append((self._lost_sample(dev), [], {}))
+        return out
+
+    def _lost_sample(self, dev: _Device) -> GpuSample:
+        return GpuSample(index=dev.index, uuid=dev.uuid, name=dev.name, bus_id=dev.bus_id, lost=True)
+
+    def _sample_device(self, dev: _Device):
+        util = self._get(dev, "utilization", pynvml.nvmlDeviceGetUtilizationRates)
+        used, total, reserved = self._memory(dev)
+        power_mw = self._get(dev, "power", pynvml.nvmlDeviceGetPowerUsage)
+        limit_mw = self._get(dev, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
+        energy_mj = self._get(dev, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption)
+        tx = self._get(dev, "pcie_tx", pynvml.nvmlDeviceGetPcieThroughput, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = self._get(dev, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        gen = self._get(dev, "pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration)
+        width = self._get(dev, "pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth)
+        temp = self._get(dev, "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
+        fan = self._get(dev, "fan", pynvml.nvmlDeviceGetFanSpeed)
+        sm_clock = self._get(dev, "sm_clock", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM)
+        mem_clock = self._get(dev, "mem_clock", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM)
+        events = self._clock_events(dev)
+        pstate = self._get(dev, "pstate", pynvml.nvmlDeviceGetPerformanceState)
+        ecc = self._get(
+            dev,
+            "ecc",
+            pynvml.nvmlDeviceGetTotalEccErrors,
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        )
+        ecc_corrected = self._get(
+            dev,
+            "ecc_corrected",
+            pynvml.nvmlDeviceGetTotalEccErrors,
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        )
+        gpm = self._gpm(dev)
+        procs = self._processes(dev)
+        proc_util = self._process_utilization(dev)
+        s = dev.static
+        sample = GpuSample(
+            index=dev.index,
+            uuid=dev.uuid,
+            name=dev.name,
+            bus_id=dev.bus_id,
+            util_gpu=None if util is None else float(util.gpu),
+            util_mem=None if util is None else float(util.memory),
+            mem_used=used,
+            mem_total=total,
+            mem_reserved=reserved,
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            energy_j=None if energy_mj is None else energy_mj / 1000.0,
+            # NVML reports PCIe throughput in KB/s.
+            pcie_tx_mbs=None if tx is None else tx / 1000.0,
+            pcie_rx_mbs=None if rx is None else rx / 1000.0,
+            pcie_gen=gen,
+            pcie_gen_max=s.get("pcie_gen_max"),
+            pcie_width=width,
+            pcie_width_max=s.get("pcie_width_max"),
+            temperature_c=None if temp is None else float(temp),
+            fan_percent=None if fan is None else float(fan),
+            sm_clock_mhz=None if sm_clock is None else float(sm_clock),
+            sm_clock_max_mhz=s.get("sm_clock_max_mhz"),
+            mem_clock_mhz=None if mem_clock is None else float(mem_clock),
+            mem_clock_max_mhz=s.get("mem_clock_max_mhz"),
+            clock_events=events or (),
+            pstate=pstate,
+            ecc_volatile=None if ecc is None and ecc_corrected is None else (ecc or 0) + (ecc_corrected or 0),
+            sm_active=gpm["sm_active"],
+            sm_occupancy=gpm["sm_occupancy"],
+            tensor_active=gpm["tensor_active"],
+            dram_active=gpm["dram_active"],
+        )
+        return sample, procs, proc_util

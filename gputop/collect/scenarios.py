@@ -1,0 +1,310 @@
+"""Scripted GPU behaviour for the simulated NVML.
+
+A scenario is a list of simulated GPUs, each with a board model and a behaviour that gives the
+driver's readings as a pure function of (time, seed): the same seed replays the same run. Each GPU
+also names the stand-in process the demo starts for it (``standin``), whose real CPU behaviour
+matches what the GPU shows (see ``gputop/demo/standin.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    mem_total: int
+    mem_reserved: int
+    power_limit_w: float
+    sm_clock_max: int
+    mem_clock_max: int
+    pcie_gen_max: int
+    pcie_width_max: int
+    pci_device_id: int
+    has_gpm: bool
+    has_fan: bool
+    idle_power_w: float
+
+
+H100 = GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, 527 * MIB, 700.0, 1980, 2619, 5, 16,
+                0x233010DE, True, False, 70.0)
+A100 = GpuModel("NVIDIA A100-SXM4-80GB", 81920 * MIB, 573 * MIB, 400.0, 1410, 1593, 4, 16,
+                0x20B210DE, False, False, 55.0)
+L40S = GpuModel("NVIDIA L40S", 46068 * MIB, 445 * MIB, 350.0, 2520, 9001, 4, 16,
+                0x26B910DE, False, True, 35.0)
+K80 = GpuModel("Tesla K80", 11441 * MIB, 0, 149.0, 875, 2505, 3, 16,
+               0x102D10DE, False, True, 30.0)
+
+# Fields an older board or driver answers with NOT_SUPPORTED.
+OLD_BOARD_UNSUPPORTED = frozenset(
+    {"power", "energy", "pcie_throughput", "process_utilization", "gpm", "clock_events"}
+)
+# Versioned symbols an older libnvidia-ml does not export; callers must fall back.
+OLD_DRIVER_MISSING = frozenset(
+    {
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlGpmQueryDeviceSupport",
+    }
+)
+
+
+@dataclass(frozen=True)
+class GpuBehaviour:
+    """One simulated GPU: board, behaviour kind, faults, and the stand-in process it runs."""
+
+    kind: str
+    model: GpuModel
+    standin: str
+    workers: int = 0
+    lost_after: float | None = None
+    unsupported: frozenset[str] = frozenset()
+    extra_pids: int = 0  # processes NVML reports that the host cannot see (containers)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    gpus: tuple[GpuBehaviour, ...]
+    driver_version: str = "570.133.20"
+    cuda_version: int = 12080
+    missing_symbols: frozenset[str] = field(default_factory=frozenset)
+    no_driver: bool = False
+
+
+def _scenario(name, description, gpus, **kw) -> Scenario:
+    return Scenario(name, description, tuple(gpus), **kw)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        _scenario(
+            "healthy",
+            "4x H100 busy at ~97%, nothing to fix",
+            [GpuBehaviour("healthy", H100, "trainer", workers=2) for _ in range(4)],
+        ),
+        _scenario(
+            "input-starved",
+            "A100 waiting on DataLoader workers that each burn a core",
+            [GpuBehaviour("input-starved", A100, "starved", workers=2)],
+        ),
+        _scenario(
+            "host-sync",
+            "A100 utilization saw-tooth: the CPU-bound main process syncs every step",
+            [GpuBehaviour("host-sync", A100, "sync")],
+        ),
+        _scenario(
+            "throttled",
+            "2x H100 held at the power cap, then thermally slowed",
+            [GpuBehaviour("throttled", H100, "trainer", workers=2) for _ in range(2)],
+        ),
+        _scenario(
+            "memory-leak",
+            "H100 memory rising steadily toward OOM",
+            [GpuBehaviour("memory-leak", H100, "trainer", workers=2)],
+        ),
+        _scenario(
+            "pcie-bound",
+            "A100 with the PCIe link saturated by host-to-device copies while the GPU waits",
+            [GpuBehaviour("pcie-bound", A100, "trainer", workers=2)],
+        ),
+        _scenario(
+            "gpu-lost",
+            "4x A100; GPU 2 falls off the bus after 8 s",
+            [
+                GpuBehaviour("healthy", A100, "trainer", workers=1, lost_after=8.0 if i == 2 else None)
+                for i in range(4)
+            ],
+        ),
+        _scenario(
+            "unsupported",
+            "2x Tesla K80 on an old driver: no power, PCIe throughput, GPM or per-process data",
+            [
+                GpuBehaviour("healthy", K80, "trainer", workers=1, unsupported=OLD_BOARD_UNSUPPORTED)
+                for _ in range(2)
+            ],
+            driver_version="470.256.02",
+            cuda_version=11040,
+            missing_symbols=OLD_DRIVER_MISSING,
+        ),
+        _scenario("no-driver", "no NVIDIA driver installed (NVML missing)", [], no_driver=True),
+        _scenario(
+            "tour",
+            "8 GPUs, a different problem on each",
+            [
+                GpuBehaviour("input-starved", A100, "starved", workers=2),
+                GpuBehaviour("host-sync", A100, "sync"),
+                GpuBehaviour("throttled", H100, "trainer", workers=1),
+                GpuBehaviour("memory-leak", H100, "trainer", workers=1),
+                GpuBehaviour("pcie-bound", A100, "trainer", workers=1),
+                GpuBehaviour("healthy", H100, "trainer", workers=1, extra_pids=1),
+                GpuBehaviour("idle", L40S, "idle"),
+                GpuBehaviour("healthy", L40S, "trainer", workers=1, lost_after=20.0),
+            ],
+        ),
+    ]
+}
+
+
+def describe_scenarios() -> str:
+    width = max(len(n) for n in SCENARIOS)
+    return "\n".join(f"{name:<{width}}  {s.description}" for name, s in SCENARIOS.items())
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What the simulated driver reports for one GPU at one instant."""
+
+    util_gpu: float
+    util_mem: float
+    mem_used: int
+    power_w: float
+    pcie_tx_kbs: float
+    pcie_rx_kbs: float
+    temperature_c: float
+    fan_percent: float
+    sm_clock: float
+    mem_clock: float
+    pcie_gen: int
+    clock_events: int
+    pstate: int
+    ecc_volatile: int
+    sm_active: float
+    sm_occupancy: float
+    tensor_active: float
+    dram_active: float
+
+
+# NVML clock-event reason bits (nvmlClocksEventReason*).
+REASON_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+
+HOST_SYNC_PERIOD = 2.0  # seconds per simulated training step in the saw-tooth
+
+
+def _noise(seed: int, gpu: int, t: float, channel: int) -> float:
+    """Deterministic noise in [-1, 1], piecewise constant over 0.5 s."""
+    rng = random.Random(((seed * 1_000_003 + gpu) * 7919 + channel) * 1_000_033 + int(t * 2))
+    return rng.uniform(-1.0, 1.0)
+
+
+def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuReading:
+    """The driver's readings for GPU ``index`` at ``t`` seconds into the run."""
+    m = behaviour.model
+
+    def n(ch: int) -> float:
+        return _noise(seed, index, t, ch)
+
+    kind = behaviour.kind
+    util = 97.0 + 2.0 * n(0)
+    mem_frac = 0.72 + 0.005 * n(1)
+    pcie_rx = 1800.0 + 300 * n(2)  # MB/s: batches coming in
+    pcie_tx = 150.0 + 40 * n(3)
+    events = 0
+    clock_frac = 0.98
+    temp = 66.0 + 2 * n(4)
+    ecc = 0
+    sm_active_frac = 0.85
+
+    if kind == "input-starved":
+        # Short bursts of work whenever a batch arrives, idle otherwise.
+        phase = (t % 1.5) / 1.5
+        util = (88.0 if phase < 0.2 else 3.0) + 3 * n(0)
+        util = max(0.0, util)
+        pcie_rx = (2500.0 if phase < 0.2 else 40.0) + 20 * n(2)
+        temp = 48.0 + 2 * n(4)
+        sm_active_frac = 0.8
+    elif kind == "host-sync":
+        # Utilization ramps while the queue fills, drops to zero at each .item() sync.
+        phase = (t % HOST_SYNC_PERIOD) / HOST_SYNC_PERIOD
+        util = max(0.0, (92.0 * phase / 0.7 if phase < 0.7 else 2.0) + 2 * n(0))
+        util = min(util, 100.0)
+        temp = 58.0 + 2 * n(4)
+    elif kind == "throttled":
+        util = 99.0 + 0.5 * n(0)
+        if t >= 3.0:
+            events |= REASON_SW_POWER_CAP
+            clock_frac = 0.72 + 0.02 * n(5)
+        if t >= 40.0:
+            temp = min(92.0, 84.0 + (t - 40.0) * 0.4) + 0.5 * n(4)
+            events |= REASON_SW_THERMAL
+            if t >= 50.0:
+                events |= REASON_HW_THERMAL
+            clock_frac = 0.55 + 0.02 * n(5)
+        else:
+            temp = 78.0 + 2 * n(4)
+    elif kind == "memory-leak":
+        # Grows 0.4 %/s from 30 %; the simulated job "restarts" when it would OOM.
+        mem_frac = 0.30 + 0.004 * (t % 170.0)
+    elif kind == "pcie-bound":
+        link_mbs = 31500.0 if m.pcie_gen_max >= 5 else 24000.0
+        pcie_rx = link_mbs * (0.92 + 0.03 * n(2))
+        util = 38.0 + 6 * n(0)
+        temp = 55.0 + 2 * n(4)
+    elif kind == "idle":
+        # Memory held, nothing running: a job waiting on I/O or a peer.
+        util = 0.0
+        mem_frac = 0.41
+        pcie_rx = 0.0
+        pcie_tx = 0.0
+        events = REASON_IDLE
+        clock_frac = 0.1
+        temp = 36.0 + n(4)
+        sm_active_frac = 0.0
+
+    if behaviour.lost_after is not None and t >= behaviour.lost_after - 3.0:
+        ecc = 1 + int(max(0.0, t - (behaviour.lost_after - 3.0)) * 4)  # errors before the loss
+
+    util = max(0.0, min(100.0, util))
+    busy = util / 100.0
+    power = m.idle_power_w + (m.power_limit_w - m.idle_power_w) * busy * 0.85 + 8 * n(6)
+    if events & REASON_SW_POWER_CAP:
+        power = m.power_limit_w * (0.995 + 0.004 * n(6))
+    power = max(m.idle_power_w * 0.8, min(power, m.power_limit_w))
+    sm_active = util * sm_active_frac
+    tensor = sm_active * (0.55 if kind in ("healthy", "throttled", "memory-leak") else 0.2)
+    return GpuReading(
+        util_gpu=round(util),
+        util_mem=round(util * 0.45),
+        mem_used=int(m.mem_total * mem_frac),
+        power_w=power,
+        pcie_tx_kbs=max(0.0, pcie_tx) * 1000,
+        pcie_rx_kbs=max(0.0, pcie_rx) * 1000,
+        temperature_c=round(temp),
+        fan_percent=round(30 + 0.6 * max(0.0, temp - 30)),
+        sm_clock=round(m.sm_clock_max * clock_frac),
+        mem_clock=m.mem_clock_max if kind != "idle" else round(m.mem_clock_max * 0.2),
+        pcie_gen=m.pcie_gen_max if kind != "idle" else 1,
+        clock_events=events,
+        pstate=0 if kind != "idle" else 8,
+        ecc_volatile=ecc,
+        sm_active=sm_active,
+        sm_occupancy=sm_active * 0.6,
+        tensor_active=tensor,
+        dram_active=util * 0.5,
+    )
+
+
+def is_lost(behaviour: GpuBehaviour, t: float) -> bool:
+    return behaviour.lost_after is not None and t >= behaviour.lost_after
+
+
+def sm_util_share(n_procs: int) -> list[float]:
+    """How a GPU's SM time splits over its visible processes (first one dominates)."""
+    if n_procs <= 0:
+        return []
+    weights = [1.0 / (i + 1) for i in range(n_procs)]
+    total = math.fsum(weights)
+    return [w / total for w in weights]

@@ -1,0 +1,122 @@
+"""`gputop snapshot`: one sample of GPUs, host and training processes, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from gputop.format import bytes_h, mbs_h, num, pct, truncate
+from gputop.model import ProcSample, Snapshot
+from gputop.session import open_sampler
+
+NO_DRIVER_HINT = "try `gputop --demo tour snapshot` to see gputop on simulated GPUs"
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "snapshot",
+        parents=[common],
+        help="print one sample of GPUs, host and training processes, then exit",
+        description="Sample GPUs, the host and the GPU processes with their DataLoader workers "
+        "once (CPU %% is measured over --interval, at most 1 s) and print a table, or JSON "
+        "with --json (schema in the README).",
+    )
+    p.add_argument("--json", action="store_true", help="print the public JSON schema")
+
+
+def take_snapshot(args: argparse.Namespace) -> Snapshot:
+    with open_sampler(args.demo, args.gpus, args.seed) as sampler:
+        sampler.sample()  # primes the CPU-rate counters of the processes it finds
+        time.sleep(min(args.interval, 1.0))
+        return sampler.sample()
+
+
+def run(args: argparse.Namespace) -> int:
+    snap = take_snapshot(args)
+    if not snap.driver.available:
+        print(f"gputop: {snap.driver.error}; {NO_DRIVER_HINT}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(snap.to_json()))
+    else:
+        print(format_snapshot(snap))
+    return 0
+
+
+def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
+    gpu_col = "-" if gpu is None else str(gpu)
+    cmd = proc.cmdline or proc.name
+    if not proc.visible:
+        cmd = proc.name
+    line = (
+        f"  {gpu_col:>3} {proc.pid:>7} {truncate(proc.user or '?', 8):<8} "
+        f"{bytes_h(proc.gpu_mem):>7} {pct(proc.sm_util):>5} {pct(proc.cpu_percent):>6} "
+        f"{bytes_h(proc.rss):>7} {truncate(proc.state or '-', 8):<8} "
+    )
+    lines = [line + truncate(cmd, max(10, width - len(line)))]
+    if proc.agent:
+        a = proc.agent
+        lines.append(
+            f"{'':>13}agent: {num(a.get('steps_per_s'), 2)} steps/s, step p50 "
+            f"{num((a.get('step_time_p50') or 0) * 1000, 0)} ms, DataLoader wait "
+            f"{pct((a.get('dataloader_wait_share') or 0) * 100)}"
+        )
+    for i, w in enumerate(proc.workers):
+        branch = "└─" if i == len(proc.workers) - 1 else "├─"
+        lines.append(
+            f"  {'':>3} {w.pid:>7} {'':<8} {'':>7} {'':>5} {pct(w.cpu_percent):>6} "
+            f"{bytes_h(w.rss):>7} {truncate(w.state, 8):<8} {branch} {w.name} (worker)"
+        )
+    return lines
+
+
+def format_snapshot(snap: Snapshot, width: int = 120) -> str:
+    d, h = snap.driver, snap.host
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time))
+    if d.available:
+        drv = f"driver {d.driver_version}  CUDA {d.cuda_version or 'n/a'}"
+        if d.simulated:
+            drv += f"  (simulated: {d.simulated})"
+    else:
+        drv = f"no GPU driver: {d.error}"
+    out = [f"{h.hostname}  {drv}  {stamp}"]
+    out.append(
+        f"CPU {pct(h.cpu_percent)} of {h.cpu_count} cores  iowait {pct(h.iowait, 1)}  "
+        f"load {num(h.load_1, 2)} {num(h.load_5, 2)} {num(h.load_15, 2)}  "
+        f"mem {bytes_h(h.memory_used)}/{bytes_h(h.memory_total)}  "
+        f"swap {bytes_h(h.swap_used)}/{bytes_h(h.swap_total)}"
+    )
+    if snap.gpus:
+        out.append("")
+        out.append(
+            f"{'GPU':<4} {'NAME':<24} {'UTIL':>5} {'MEMORY':>13} {'POWER':>11} {'TEMP':>5} "
+            f"{'SM CLOCK':>11} {'PCIe RX/TX':>13}  EVENTS"
+        )
+    for g in snap.gpus:
+        if g.lost:
+            out.append(f"[{g.index}]  {truncate(g.name or '?', 24):<24} LOST (fell off the bus)")
+            continue
+        mem = f"{bytes_h(g.mem_used, 'G')}/{bytes_h(g.mem_total, 'G')}"
+        power = f"{num(g.power_w)}/{num(g.power_limit_w)}W" if g.power_w is not None else "n/a"
+        clock = f"{num(g.sm_clock_mhz)}/{num(g.sm_clock_max_mhz)}"
+        pcie = f"{mbs_h(g.pcie_rx_mbs)}/{mbs_h(g.pcie_tx_mbs)}"
+        events = ",".join(e for e in g.clock_events if e != "gpu_idle") or "-"
+        out.append(
+            f"[{g.index}]  {truncate(g.name or '?', 24):<24} {pct(g.util_gpu):>5} {mem:>13} "
+            f"{power:>11} {num(g.temperature_c, 0, 'C'):>5} {clock:>11} {pcie:>13}  {events}"
+        )
+    procs = [(g.index, p) for g in snap.gpus for p in g.processes]
+    procs += [(None, p) for p in snap.other_processes]
+    if procs:
+        out.append("")
+        out.append(
+            f"  {'GPU':>3} {'PID':>7} {'USER':<8} {'GPU MEM':>7} {'SM':>5} {'CPU':>6} "
+            f"{'RSS':>7} {'STATE':<8} COMMAND"
+        )
+        for gpu, proc in procs:
+            out.extend(_proc_lines(proc, gpu, width))
+    elif snap.gpus:
+        out.append("")
+        out.append("no GPU processes")
+    return "\n".join(out)

@@ -1,0 +1,15 @@
+"""`gputop watch`: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+
+from gputop.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    sub.add_parser("watch", parents=[common], help="(not built yet)")
+
+
+def run(args: argparse.Namespace) -> int:
+    raise UsageError("`gputop watch` is not built yet")

@@ -1,0 +1,76 @@
+"""Start and stop the demo's stand-in processes, one per simulated GPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gputop.collect.scenarios import Scenario
+
+
+class StandIns:
+    """The real processes behind a scenario's GPUs. Use as a context manager."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def start(self) -> dict[int, list[int]]:
+        """Launch one stand-in per GPU; return {gpu index: [pid]}."""
+        me = os.getpid()
+        for index, gpu in enumerate(self.scenario.gpus):
+            cmd = [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
+                   "--workers", str(gpu.workers), "--parent", str(me)]
+            self.procs[index] = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C in gputop's terminal is not theirs
+            )
+        return {i: [p.pid] for i, p in self.procs.items()}
+
+    def stop(self, timeout: float = 2.0) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> StandIns:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_ready(standins: StandIns, timeout: float = 5.0) -> bool:
+    """Wait until every stand-in has forked its workers (so the first sample shows them)."""
+    import psutil
+
+    want = {i: gpu.workers for i, gpu in enumerate(standins.scenario.gpus)}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = True
+        for index, proc in standins.procs.items():
+            try:
+                if len(psutil.Process(proc.pid).children()) < want[index]:
+                    ready = False
+            except psutil.Error:
+                ready = False
+        if ready:
+            return True
+        time.sleep(0.02)
+    return False

@@ -1,0 +1,46 @@
+"""Small, pure text formatters shared by the CLI reports and the TUI."""
+
+from __future__ import annotations
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+
+
+def bytes_h(value: float | None, unit: str | None = None) -> str:
+    """1536 -> '1.5K'; ``unit`` forces 'G' or 'M'."""
+    if value is None:
+        return "n/a"
+    if unit == "G" or (unit is None and value >= GIB):
+        return f"{value / GIB:.1f}G"
+    if unit == "M" or (unit is None and value >= MIB):
+        return f"{value / MIB:.0f}M"
+    if value >= KIB:
+        return f"{value / KIB:.0f}K"
+    return f"{value:.0f}B"
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}%"
+
+
+def num(value: float | None, digits: int = 0, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def rate_h(bps: float | None) -> str:
+    """Bytes per second, short."""
+    if bps is None:
+        return "n/a"
+    return bytes_h(bps) + "/s"
+
+
+def mbs_h(mbs: float | None) -> str:
+    """MB/s from NVML PCIe counters, short: 950M, 21.3G."""
+    if mbs is None:
+        return "n/a"
+    return f"{mbs / 1000:.1f}G" if mbs >= 1000 else f"{mbs:.0f}M"
+
+
+def truncate(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"

@@ -1,0 +1,240 @@
+"""Bounded time series of snapshots at several resolutions.
+
+Each series keeps three tiers, all preallocated so memory is fixed from the first sample:
+
+* ``raw``: every sample, the last ``raw_capacity`` of them (1 h at a 1 s interval);
+* ``minute``: 60 s means for 7 days;
+* ``whole``: the whole run in at most ``whole_capacity`` points; when full, neighbouring
+  points are merged and the bucket width doubles, so a run of any length fits.
+
+Bound: one series costs (3600 + 10080 + 1024) x 12 bytes = 176 KiB. A snapshot feeds 14 series
+per GPU, 3 per host and 3 per training process; process series are evicted when the process has
+been gone for 10 minutes and capped at ``max_process_series``. With 8 GPUs and the default cap of
+64 processes that is at most (8 x 14 + 3 + 64 x 3) x 176 KiB = 53 MiB, reached only after an hour;
+it never grows with run length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gputop.model import Snapshot
+
+GPU_FIELDS = (
+    "util_gpu",
+    "util_mem",
+    "mem_used",
+    "power_w",
+    "pcie_tx_mbs",
+    "pcie_rx_mbs",
+    "temperature_c",
+    "sm_clock_mhz",
+    "sm_active",
+    "tensor_active",
+)
+HOST_FIELDS = ("cpu_percent", "memory_used", "iowait")
+
+MINUTE = 60.0
+WEEK_OF_MINUTES = 7 * 24 * 60
+
+
+class _Ring:
+    """A fixed-size ring of (time, value) points."""
+
+    def __init__(self, capacity: int) -> None:
+        self.t = np.zeros(capacity, dtype=np.float64)
+        self.v = np.zeros(capacity, dtype=np.float32)
+        self.capacity = capacity
+        self.size = 0
+        self.head = 0  # next write position
+
+    def append(self, t: float, v: float) -> None:
+        self.t[self.head] = t
+        self.v[self.head] = v
+        self.head = (self.head + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.size < self.capacity:
+            return self.t[: self.size], self.v[: self.size]
+        idx = np.r_[self.head : self.capacity, 0 : self.head]
+        return self.t[idx], self.v[idx]
+
+    def oldest_time(self) -> float | None:
+        if self.size == 0:
+            return None
+        return float(self.t[0 if self.size < self.capacity else self.head])
+
+
+class _Bucketing:
+    """Averages incoming points into buckets of ``width`` seconds before they are stored."""
+
+    def __init__(self, width: float) -> None:
+        self.width = width
+        self.bucket: float | None = None
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, t: float, v: float) -> tuple[float, float] | None:
+        """Add a point; return the finished (time, mean) of the previous bucket, if any."""
+        bucket = math.floor(t / self.width)
+        done = None
+        if self.bucket is not None and bucket != self.bucket and self.count:
+            done = ((self.bucket + 0.5) * self.width, self.total / self.count)
+            self.total, self.count = 0.0, 0
+        self.bucket = bucket
+        if not math.isnan(v):
+            self.total += v
+            self.count += 1
+        return done
+
+    def pending(self) -> tuple[float, float] | None:
+        if self.bucket is None or not self.count:
+            return None
+        return ((self.bucket + 0.5) * self.width, self.total / self.count)
+
+
+class _WholeRun:
+    """The whole run in at most ``capacity`` points: merge pairs and double the width when full."""
+
+    def __init__(self, capacity: int, width: float) -> None:
+        self.t = np.zeros(capacity, dtype=np.float64)
+        self.v = np.zeros(capacity, dtype=np.float32)
+        self.capacity = capacity
+        self.size = 0
+        self.bucketing = _Bucketing(width)
+
+    def add(self, t: float, v: float) -> None:
+        done = self.bucketing.add(t, v)
+        if done is None:
+            return
+        if self.size == self.capacity:
+            half = self.capacity // 2
+            self.t[:half] = (self.t[0::2] + self.t[1::2]) / 2
+            self.v[:half] = (self.v[0::2] + self.v[1::2]) / 2
+            self.size = half
+            self.bucketing = _Bucketing(self.bucketing.width * 2)
+        self.t[self.size], self.v[self.size] = done
+        self.size += 1
+
+    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
+        t, v = self.t[: self.size], self.v[: self.size]
+        pending = self.bucketing.pending()
+        if pending is not None:
+            t, v = np.append(t, pending[0]), np.append(v, pending[1])
+        return t, v
+
+
+class Series:
+    """One metric over time, at raw, minute and whole-run resolution."""
+
+    def __init__(self, raw_capacity: int = 3600, whole_capacity: int = 1024) -> None:
+        self.raw = _Ring(raw_capacity)
+        self.minute = _Ring(WEEK_OF_MINUTES)
+        self._minute_bucketing = _Bucketing(MINUTE)
+        self.whole = _WholeRun(whole_capacity, MINUTE / 4)
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+
+    def append(self, t: float, value: float | None) -> None:
+        v = math.nan if value is None else float(value)
+        if self.first_time is None:
+            self.first_time = t
+        self.last_time = t
+        self.raw.append(t, v)
+        done = self._minute_bucketing.add(t, v)
+        if done is not None:
+            self.minute.append(*done)
+        self.whole.add(t, v)
+
+    def window(self, seconds: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """Points of the last ``seconds`` (None: the whole run), from the finest tier covering it."""
+        if self.last_time is None:
+            return np.zeros(0), np.zeros(0, dtype=np.float32)
+        start = self.first_time if seconds is None else self.last_time - seconds
+        oldest_raw = self.raw.oldest_time()
+        if oldest_raw is not None and (oldest_raw <= start or oldest_raw == self.first_time):
+            t, v = self.raw.ordered()
+        elif seconds is not None and (self.minute.oldest_time() or math.inf) <= start:
+            t, v = self.minute.ordered()
+        else:
+            t, v = self.whole.ordered()
+        keep = t >= start
+        return t[keep], v[keep]
+
+    def latest(self) -> float | None:
+        if self.raw.size == 0:
+            return None
+        value = float(self.raw.v[(self.raw.head - 1) % self.raw.capacity])
+        return None if math.isnan(value) else value
+
+
+@dataclass
+class _ProcessSeries:
+    cpu: Series
+    workers_cpu: Series
+    gpu_mem: Series
+    last_seen: float
+
+
+class History:
+    """All series of a session, fed one snapshot at a time on the sampling side."""
+
+    PROCESS_TTL = 600.0
+
+    def __init__(self, raw_capacity: int = 3600, max_process_series: int = 64) -> None:
+        self.raw_capacity = raw_capacity
+        self.max_process_series = max_process_series
+        self.gpus: dict[int, dict[str, Series]] = {}
+        self.host: dict[str, Series] = {f: Series(raw_capacity) for f in HOST_FIELDS}
+        self.processes: dict[int, _ProcessSeries] = {}
+        self.latest: Snapshot | None = None
+        self.samples = 0
+
+    def record(self, snap: Snapshot) -> None:
+        t = snap.time
+        self.latest = snap
+        self.samples += 1
+        for name in HOST_FIELDS:
+            self.host[name].append(t, getattr(snap.host, name))
+        for gpu in snap.gpus:
+            series = self.gpus.get(gpu.index)
+            if series is None:
+                series = self.gpus[gpu.index] = {f: Series(self.raw_capacity) for f in GPU_FIELDS}
+            for name in GPU_FIELDS:
+                series[name].append(t, None if gpu.lost else getattr(gpu, name))
+            for proc in gpu.processes:
+                self._record_process(t, proc.pid, proc.cpu_percent, proc, gpu_mem=proc.gpu_mem)
+        for proc in snap.other_processes:
+            self._record_process(t, proc.pid, proc.cpu_percent, proc, gpu_mem=None)
+        self._evict(t)
+
+    def _record_process(self, t, pid, cpu, proc, gpu_mem) -> None:
+        entry = self.processes.get(pid)
+        if entry is None:
+            if len(self.processes) >= self.max_process_series:
+                return
+            cap = min(self.raw_capacity, 900)
+            entry = self.processes[pid] = _ProcessSeries(
+                Series(cap, 256), Series(cap, 256), Series(cap, 256), t
+            )
+        if entry.last_seen == t and entry.cpu.last_time == t:
+            return  # a process on several GPUs: record it once per snapshot
+        entry.last_seen = t
+        entry.cpu.append(t, cpu)
+        entry.workers_cpu.append(t, sum(w.cpu_percent or 0.0 for w in proc.workers))
+        entry.gpu_mem.append(t, gpu_mem)
+
+    def _evict(self, now: float) -> None:
+        gone = [pid for pid, e in self.processes.items() if now - e.last_seen > self.PROCESS_TTL]
+        for pid in gone:
+            del self.processes[pid]
+
+    def gpu_window(self, index: int, name: str, seconds: float | None):
+        series = self.gpus.get(index, {}).get(name)
+        if series is None:
+            return np.zeros(0), np.zeros(0, dtype=np.float32)
+        return series.window(seconds)

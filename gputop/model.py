@@ -1,0 +1,168 @@
+"""Immutable samples that flow from the collectors to history, diagnostics and widgets.
+
+Every field that a driver or the OS may refuse is ``None`` rather than a guess. Units: bytes for
+memory, percent 0-100 for shares, watts, joules, MB/s, MHz, degrees C. ``to_json()`` gives the public
+schema documented in the README (``gputop snapshot --json``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerSample:
+    """A child of a training process (a DataLoader worker, usually)."""
+
+    pid: int
+    name: str
+    cpu_percent: float | None
+    rss: int | None
+    state: str
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """A process that uses a GPU, with its children measured by psutil.
+
+    ``visible`` is False when NVML reports a pid the host cannot see (a container's pid
+    namespace): it is kept and shown as such, never dropped.
+    """
+
+    pid: int
+    name: str
+    gpu_mem: int | None = None
+    sm_util: float | None = None
+    cpu_percent: float | None = None
+    rss: int | None = None
+    user: str | None = None
+    state: str | None = None
+    threads: int | None = None
+    create_time: float | None = None
+    cmdline: str = ""
+    visible: bool = True
+    workers: tuple[WorkerSample, ...] = ()
+    agent: dict[str, Any] | None = None
+
+    @property
+    def tree_cpu_percent(self) -> float:
+        """CPU of the process and its workers together (100 = one core)."""
+        total = self.cpu_percent or 0.0
+        return total + sum(w.cpu_percent or 0.0 for w in self.workers)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    bus_id: str | None = None
+    lost: bool = False
+    util_gpu: float | None = None
+    util_mem: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    mem_reserved: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_j: float | None = None
+    pcie_tx_mbs: float | None = None
+    pcie_rx_mbs: float | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    temperature_c: float | None = None
+    fan_percent: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    clock_events: tuple[str, ...] = ()
+    pstate: int | None = None
+    ecc_volatile: int | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    processes: tuple[ProcSample, ...] = ()
+
+    @property
+    def mem_percent(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return 100.0 * self.mem_used / self.mem_total
+
+
+@dataclass(frozen=True)
+class HostSample:
+    hostname: str
+    cpu_percent: float | None = None
+    cpu_per_core: tuple[float, ...] = ()
+    cpu_count: int | None = None
+    iowait: float | None = None
+    steal: float | None = None
+    load_1: float | None = None
+    load_5: float | None = None
+    load_15: float | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    swap_used: int | None = None
+    swap_total: int | None = None
+    disk_read_bps: float | None = None
+    disk_write_bps: float | None = None
+    net_rx_bps: float | None = None
+    net_tx_bps: float | None = None
+    process_count: int | None = None
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    available: bool
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    nvml_version: str | None = None
+    error: str | None = None
+    simulated: str | None = None  # scenario name when the GPUs are simulated
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    host: HostSample
+    driver: DriverInfo
+    gpus: tuple[GpuSample, ...] = ()
+    # Training processes with an agent that no GPU reports (no driver, CPU runs).
+    other_processes: tuple[ProcSample, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return snapshot_to_json(self)
+
+
+def _proc_to_json(proc: ProcSample) -> dict[str, Any]:
+    data = asdict(proc)
+    data["workers"] = [asdict(w) for w in proc.workers]
+    if proc.agent is None:
+        data.pop("agent")
+    return data
+
+
+def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
+    """The public ``snapshot --json`` schema: plain dicts, lists and scalars."""
+    gpus = []
+    for gpu in snap.gpus:
+        data = asdict(gpu)
+        data["clock_events"] = list(gpu.clock_events)
+        data["processes"] = [_proc_to_json(p) for p in gpu.processes]
+        gpus.append(data)
+    host = asdict(snap.host)
+    host["cpu_per_core"] = list(snap.host.cpu_per_core)
+    return {
+        "time": snap.time,
+        "host": host,
+        "driver": asdict(snap.driver),
+        "gpus": gpus,
+        "processes": [_proc_to_json(p) for p in snap.other_processes],
+    }

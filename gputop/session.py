@@ -1,0 +1,72 @@
+"""Open a Sampler on the real driver or on a demo scenario, and close everything after.
+
+The demo puts the simulated NVML behind the bindings, starts the stand-in processes and tells the
+simulated driver their real pids; the rest of gputop cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from gputop.collect.nvml import NvmlCollector
+from gputop.collect.sampler import AgentProbe, Sampler
+
+
+def _agent_probe() -> AgentProbe | None:
+    try:
+        from gputop import ipc
+    except ImportError:
+        return None
+    if not hasattr(ipc, "list_agents") or not hasattr(ipc, "agent_status"):
+        return None
+
+    def probe(_gpu_pids: set[int]) -> dict[int, dict]:
+        statuses = {}
+        for pid in ipc.list_agents():
+            status = ipc.agent_status(pid)
+            if status is not None:
+                statuses[pid] = status
+        return statuses
+
+    return probe
+
+
+@contextlib.contextmanager
+def open_sampler(
+    demo: str | None = None,
+    gpus: list[int] | None = None,
+    seed: int = 0,
+    agents: bool = True,
+    clock=None,
+) -> Iterator[Sampler]:
+    """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too."""
+    probe = _agent_probe() if agents else None
+    if demo is None:
+        sampler = Sampler(NvmlCollector(gpus), agent_probe=probe)
+        sampler.open()
+        try:
+            yield sampler
+        finally:
+            sampler.close()
+        return
+
+    from gputop.collect import simnvml
+    from gputop.collect.scenarios import SCENARIOS
+    from gputop.demo.standins import StandIns, wait_ready
+
+    scenario = SCENARIOS[demo]
+    sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock))
+    try:
+        with StandIns(scenario) as standins:
+            for index, pids in standins.start().items():
+                sim.set_processes(index, pids)
+            wait_ready(standins)
+            sampler = Sampler(NvmlCollector(gpus), agent_probe=probe, simulated=demo)
+            sampler.open()
+            try:
+                yield sampler
+            finally:
+                sampler.close()
+    finally:
+        simnvml.uninstall()
