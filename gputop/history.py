@@ -7,11 +7,10 @@ Each series keeps three tiers, all preallocated so memory is fixed from the firs
 * ``whole``: the whole run in at most ``whole_capacity`` points; when full, neighbouring
   points are merged and the bucket width doubles, so a run of any length fits.
 
-Bound: one series costs (3600 + 10080 + 1024) x 12 bytes = 176 KiB. A snapshot feeds 14 series
-per GPU, 3 per host and 3 per training process; process series are evicted when the process has
-been gone for 10 minutes and capped at ``max_process_series``. With 8 GPUs and the default cap of
-64 processes that is at most (8 x 14 + 3 + 64 x 3) x 176 KiB = 53 MiB, reached only after an hour;
-it never grows with run length.
+Bound: one series costs (3600 + 10080 + 1024) x 12 bytes = 176 KiB, preallocated. A GPU has 10
+series, the host 3, a training process 3 (132 KiB each, smaller raw tier); process series expire
+10 minutes after the process and are capped at ``max_process_series`` (64). With 8 GPUs that is at
+most 8 x 10 x 176 + 3 x 176 + 64 x 3 x 132 KiB = 39 MiB; it never grows with run length.
 """
 
 from __future__ import annotations
@@ -165,6 +164,10 @@ class Series:
         keep = t >= start
         return t[keep], v[keep]
 
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.raw.t, self.raw.v, self.minute.t, self.minute.v,
+                                      self.whole.t, self.whole.v))
+
     def latest(self) -> float | None:
         if self.raw.size == 0:
             return None
@@ -198,6 +201,7 @@ class History:
         t = snap.time
         self.latest = snap
         self.samples += 1
+        self._evict(t)  # first, so a new process can take an expired one's slot
         for name in HOST_FIELDS:
             self.host[name].append(t, getattr(snap.host, name))
         for gpu in snap.gpus:
@@ -210,7 +214,6 @@ class History:
                 self._record_process(t, proc.pid, proc.cpu_percent, proc, gpu_mem=proc.gpu_mem)
         for proc in snap.other_processes:
             self._record_process(t, proc.pid, proc.cpu_percent, proc, gpu_mem=None)
-        self._evict(t)
 
     def _record_process(self, t, pid, cpu, proc, gpu_mem) -> None:
         entry = self.processes.get(pid)
@@ -232,6 +235,13 @@ class History:
         gone = [pid for pid, e in self.processes.items() if now - e.last_seen > self.PROCESS_TTL]
         for pid in gone:
             del self.processes[pid]
+
+    def nbytes(self) -> int:
+        """Bytes held by all series: fixed once a GPU or process has been seen."""
+        series = [s for per_gpu in self.gpus.values() for s in per_gpu.values()]
+        series += list(self.host.values())
+        series += [s for e in self.processes.values() for s in (e.cpu, e.workers_cpu, e.gpu_mem)]
+        return sum(s.nbytes() for s in series)
 
     def gpu_window(self, index: int, name: str, seconds: float | None):
         series = self.gpus.get(index, {}).get(name)

@@ -26,11 +26,28 @@ class _Tracked:
     measured: bool = False  # cpu_percent has a previous call to measure against
 
 
+def _ppid_map() -> dict[int, int]:
+    """pid -> parent pid for every process: one pass over /proc (O(all processes))."""
+    try:
+        from psutil._pslinux import ppid_map  # the fast path psutil itself uses on Linux
+
+        return ppid_map()
+    except (ImportError, OSError, AttributeError):
+        return {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"])}
+
+
 class HostCollector:
+    # Finding children needs a scan of every process; workers come and go at epoch
+    # boundaries, not every second, so the scan is reused for this long.
+    CHILDREN_REFRESH_S = 2.0
+
     def __init__(self) -> None:
         self.hostname = socket.gethostname()
         self._tracked: dict[int, _Tracked] = {}
         self._seen: set[int] = set()
+        self._children: dict[int, list[int]] = {}
+        self._known: set[int] = set()  # pids that existed at the last scan
+        self._children_at = -1e9
         self._last_io: tuple[float, object, dict] | None = None
         # Prime the rate counters so the first sample() has a baseline.
         psutil.cpu_percent(percpu=True)
@@ -134,7 +151,7 @@ class HostCollector:
             with proc.oneshot():
                 info = proc.as_dict(attrs=_ATTRS, ad_value=None)
                 cpu = self._cpu(tracked)
-                children = proc.children()
+            children = self._children_of(pid)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             self._tracked.pop(pid, None)
             return ProcSample(pid=pid, name="(exited)", gpu_mem=gpu_mem, sm_util=sm_util, visible=False)
@@ -142,7 +159,7 @@ class HostCollector:
             info, cpu, children = {"name": None}, None, []
         workers = []
         for child in children:
-            worker = self._sample_worker(child.pid)
+            worker = self._sample_worker(child)
             if worker is not None:
                 workers.append(worker)
         mem = info.get("memory_info")
@@ -161,6 +178,16 @@ class HostCollector:
             cmdline=" ".join(cmdline),
             workers=tuple(workers),
         )
+
+    def _children_of(self, pid: int) -> list[int]:
+        now = time.monotonic()
+        if pid not in self._known or now - self._children_at > self.CHILDREN_REFRESH_S:
+            children: dict[int, list[int]] = {}
+            ppids = _ppid_map()
+            for child, parent in ppids.items():
+                children.setdefault(parent, []).append(child)
+            self._children, self._known, self._children_at = children, set(ppids), now
+        return sorted(self._children.get(pid, []))
 
     def _sample_worker(self, pid: int) -> WorkerSample | None:
         tracked = self._track(pid)

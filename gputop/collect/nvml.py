@@ -118,7 +118,7 @@ class NvmlCollector:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             except pynvml.NVMLError as exc:
-                log.warning("GPU %d: no handle: %s", index, exc)
+                log.info("GPU %d: no handle: %s", index, exc)
                 dev = _Device(index, None, lost=True)
                 self.devices.append(dev)
                 continue
@@ -297,7 +297,7 @@ class NvmlCollector:
                 out.append(self._sample_device(dev))
             except _Lost:
                 dev.lost = True
-                log.warning("GPU %d fell off the bus", dev.index)
+                log.info("GPU %d fell off the bus", dev.index)
                 out.append((self._lost_sample(dev), [], {}))
         return out
 

@@ -17,6 +17,7 @@ import ctypes
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, c_int, c_uint, c_ulonglong, c_void_p, cast
 
@@ -87,8 +88,9 @@ class SimulatedNvml:
         self._gpm_samples: dict[int, tuple[int, float]] = {}
         self._next_gpm = GPM_BASE
         self._strings: dict[int, ctypes.Array] = {}
+        self._readings: dict[int, tuple[tuple[int, int], scenarios.GpuReading]] = {}
         self._initialized = 0
-        self.calls = 0  # how many C calls were made (benchmarks and tests)
+        self.calls: Counter[str] = Counter()  # C calls made, by name (tests, benchmarks)
         hidden = _pid_max()
         for i, gpu in enumerate(scenario.gpus):
             for k in range(gpu.extra_pids):
@@ -116,7 +118,14 @@ class SimulatedNvml:
         return index, gpu
 
     def _reading(self, index: int, gpu: GpuBehaviour) -> scenarios.GpuReading:
-        return scenarios.reading(gpu, index, self.clock(), self.seed)
+        # A real driver refreshes its counters every few tens of ms: so do we, which also
+        # keeps the ~20 calls of one sampling tick consistent with each other.
+        t = self.clock()
+        key = (index, int(t * 20))
+        cached = self._readings.get(index)
+        if cached is None or cached[0] != key:
+            cached = self._readings[index] = (key, scenarios.reading(gpu, index, t, self.seed))
+        return cached[1]
 
     # -- the C functions --------------------------------------------------------------------
     # Each returns an nvmlReturn_t. They are wrapped by `_export`, which turns any Python error
@@ -511,7 +520,7 @@ def _export(sim: SimulatedNvml, name: str, restype) -> Callable:
     method = getattr(sim, name)
 
     def call(*args):
-        sim.calls += 1
+        sim.calls[name] += 1
         try:
             return method(*args)
         except Exception:  # never raise through the C boundary

@@ -1,0 +1,212 @@
+"""collect/nvml.py through the simulated NVML, in every scenario and fault."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+
+import pytest
+
+from gputop.collect import simnvml
+from gputop.collect.nvml import NvmlCollector, decode_clock_events
+from gputop.collect.scenarios import SCENARIOS
+from gputop.model import GpuSample
+
+BASICS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w", "energy_j",
+          "pcie_tx_mbs", "pcie_rx_mbs", "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz")
+
+
+def open_collector(only=None) -> tuple[NvmlCollector, object]:
+    collector = NvmlCollector(only)
+    driver = collector.open()
+    return collector, driver
+
+
+def test_healthy_reports_every_field(simulated, sim_clock):
+    simulated("healthy")
+    collector, driver = open_collector()
+    assert driver.available and driver.driver_version == "570.133.20"
+    assert driver.cuda_version == "12.8"
+    sim_clock.t = 5.0
+    collector.sample()
+    sim_clock.t = 6.0
+    rows = collector.sample()
+    assert len(rows) == 4
+    gpu = rows[0][0]
+    for name in BASICS:
+        assert getattr(gpu, name) is not None, name
+    assert gpu.name == "NVIDIA H100 80GB HBM3"
+    assert gpu.bus_id.startswith("00000000:")
+    assert gpu.mem_reserved > 0  # the v2 memory call was used
+    assert 90 <= gpu.util_gpu <= 100
+    assert 0 < gpu.power_w <= gpu.power_limit_w == 700.0
+    assert gpu.pcie_gen == gpu.pcie_gen_max == 5
+    # GPM (Hopper) gives rates between two samples: present on the second tick.
+    assert gpu.sm_active is not None and gpu.tensor_active is not None
+    assert gpu.fan_percent is None  # SXM boards have no fan of their own
+    collector.close()
+
+
+def test_energy_counter_is_monotonic(simulated, sim_clock):
+    simulated("healthy")
+    collector, _ = open_collector()
+    readings = []
+    for t in (1.0, 2.0, 5.0):
+        sim_clock.t = t
+        readings.append(collector.sample()[0][0].energy_j)
+    assert readings[0] < readings[1] < readings[2]
+    # About the power draw times the elapsed time (600 W-ish for 3 s).
+    assert 1000 < readings[2] - readings[1] < 3 * 700
+
+
+def test_same_seed_same_readings_other_seed_differs(simulated, sim_clock):
+    def utilizations(seed: int) -> list[float]:
+        simulated("tour", seed=seed)
+        collector, _ = open_collector()
+        out = []
+        for t in range(10):
+            sim_clock.t = float(t)
+            out.extend(g.util_gpu for g, _, _ in collector.sample() if not g.lost)
+        collector.close()
+        return out
+
+    assert utilizations(3) == utilizations(3)
+    assert utilizations(3) != utilizations(4)
+
+
+def test_unsupported_fields_are_none_and_not_retried(simulated, sim_clock):
+    sim = simulated("unsupported")
+    sim.set_processes(0, [os.getpid()])
+    collector, driver = open_collector()
+    assert driver.cuda_version == "11.4"
+    rows = collector.sample()
+    gpu = rows[0][0]
+    for name in ("power_w", "power_limit_w", "energy_j", "pcie_tx_mbs", "pcie_rx_mbs", "sm_active",
+                 "tensor_active"):
+        assert getattr(gpu, name) is None, name
+    assert gpu.util_gpu is not None and gpu.mem_used is not None and gpu.temperature_c is not None
+    # Missing versioned symbols fell back to the older calls.
+    assert gpu.mem_reserved is None  # nvmlDeviceGetMemoryInfo (v1)
+    assert rows[0][1] and rows[0][1][0][0] == os.getpid()  # _v2 processes after the mismatch
+    assert gpu.clock_events == ()  # the older throttle-reasons call answered
+    assert rows[0][2] == {}  # no per-process utilization on this board
+    before = dict(sim.calls)
+    for t in range(1, 4):
+        sim_clock.t = float(t)
+        collector.sample()
+    after = sim.calls
+    # The capability cache: refused calls are not repeated every tick.
+    for name in ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetPcieThroughput",
+                 "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetCurrentClocksEventReasons"):
+        assert after[name] == before.get(name, 0), name
+    # ... while supported ones are called every tick (2 GPUs x 3 ticks).
+    assert after["nvmlDeviceGetUtilizationRates"] - before["nvmlDeviceGetUtilizationRates"] == 6
+    assert after["nvmlDeviceGetComputeRunningProcesses_v2"] > before["nvmlDeviceGetComputeRunningProcesses_v2"]
+
+
+def test_missing_symbol_is_absent_from_the_library(simulated):
+    simulated("unsupported")
+    import pynvml
+
+    assert not hasattr(pynvml.nvmlLib, "nvmlDeviceGetComputeRunningProcesses_v3")
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLLibraryMismatchError):
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    pynvml.nvmlShutdown()
+
+
+def test_gpu_lost_marks_one_gpu_and_the_others_carry_on(simulated, sim_clock):
+    simulated("gpu-lost")
+    collector, _ = open_collector()
+    sim_clock.t = 2.0
+    assert not any(g.lost for g, _, _ in collector.sample())
+    sim_clock.t = 6.0  # errors start to show before the loss
+    assert collector.sample()[2][0].ecc_volatile > 0
+    sim_clock.t = 9.0
+    rows = collector.sample()
+    lost = [g for g, _, _ in rows if g.lost]
+    assert [g.index for g in lost] == [2]
+    assert lost[0].name == "NVIDIA A100-SXM4-80GB" and lost[0].util_gpu is None
+    assert all(g.util_gpu is not None for g, _, _ in rows if not g.lost)
+    sim_clock.t = 10.0
+    assert [g.index for g, _, _ in collector.sample() if g.lost] == [2]
+
+
+def test_no_driver_is_a_state_not_an_error(simulated):
+    simulated("no-driver")
+    collector, driver = open_collector()
+    assert not driver.available
+    assert "not available" in driver.error
+    assert collector.sample() == []
+    collector.close()
+
+
+def test_real_library_absent_on_this_machine():
+    simnvml.uninstall()
+    collector, driver = open_collector()
+    assert not driver.available
+    assert "NVIDIA driver" in driver.error
+
+
+def test_gpu_filter(simulated):
+    simulated("tour")
+    collector, _ = open_collector(only=[0, 2])
+    assert [g.index for g, _, _ in collector.sample()] == [0, 2]
+
+
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n != "no-driver"])
+def test_every_scenario_samples_for_a_minute(simulated, sim_clock, name):
+    simulated(name)
+    collector, driver = open_collector()
+    assert driver.available
+    for t in range(0, 61, 5):
+        sim_clock.t = float(t)
+        rows = collector.sample()
+        assert len(rows) == len(SCENARIOS[name].gpus)
+        for gpu, _, _ in rows:
+            assert isinstance(gpu, GpuSample)
+            if not gpu.lost:
+                assert 0 <= gpu.util_gpu <= 100
+                assert 0 < gpu.mem_used <= gpu.mem_total
+    collector.close()
+
+
+def test_scenario_signals(simulated, sim_clock):
+    """Each problem shows in the readings the way it shows on a real GPU."""
+    simulated("tour")
+    collector, _ = open_collector()
+    series: dict[int, list[GpuSample]] = {}
+    for step in range(0, 120):
+        sim_clock.t = 30 + step * 0.25
+        for gpu, _, _ in collector.sample():
+            series.setdefault(gpu.index, []).append(gpu)
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values)
+
+    assert mean(g.util_gpu for g in series[0]) < 40  # input-starved
+    sync = [g.util_gpu for g in series[1]]
+    assert max(sync) > 80 and min(sync) < 10  # host-sync saw-tooth
+    assert all("sw_power_cap" in g.clock_events for g in series[2])  # throttled
+    assert series[2][0].sm_clock_mhz < 0.8 * series[2][0].sm_clock_max_mhz
+    assert series[3][-1].mem_used > series[3][0].mem_used  # memory-leak
+    assert mean(g.pcie_rx_mbs for g in series[4]) > 20000  # pcie-bound
+    assert mean(g.util_gpu for g in series[5]) > 90  # healthy
+    assert mean(g.util_gpu for g in series[6]) == 0 and series[6][0].mem_used > 0  # idle
+    assert series[7][-1].lost  # lost after 20 s
+
+
+def test_decode_clock_events():
+    assert decode_clock_events(0) == ()
+    assert decode_clock_events(0x4 | 0x40) == ("sw_power_cap", "hw_thermal")
+
+
+def test_gpu_sample_fields_match_the_public_schema():
+    names = {f.name for f in fields(GpuSample)}
+    for key in ("index", "uuid", "name", "lost", "util_gpu", "util_mem", "mem_used", "mem_total",
+                "power_w", "power_limit_w", "energy_j", "pcie_tx_mbs", "pcie_rx_mbs",
+                "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "clock_events", "sm_active",
+                "tensor_active", "processes"):
+        assert key in names

@@ -1,0 +1,97 @@
+"""`gputop snapshot` end to end: the acceptance commands of the sampling core."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+
+from tests.conftest import run_cli
+
+SCHEMA_GPU = ["index", "uuid", "name", "lost", "util_gpu", "util_mem", "mem_used", "mem_total",
+              "power_w", "power_limit_w", "energy_j", "pcie_tx_mbs", "pcie_rx_mbs",
+              "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "clock_events", "sm_active",
+              "tensor_active", "processes"]
+SCHEMA_PROC = ["pid", "name", "gpu_mem", "sm_util", "cpu_percent", "rss", "workers"]
+SCHEMA_HOST = ["hostname", "cpu_percent", "cpu_per_core", "memory_used", "memory_total"]
+
+
+def snapshot_json(*args: str) -> dict:
+    result = run_cli(*args, "snapshot", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)
+
+
+def test_healthy_json_has_every_key():
+    data = snapshot_json("--demo", "healthy")
+    assert data["driver"]["available"] is True
+    assert data["driver"]["driver_version"] and data["driver"]["cuda_version"]
+    assert set(SCHEMA_HOST) <= set(data["host"])
+    gpu = data["gpus"][0]
+    assert set(SCHEMA_GPU) <= set(gpu)
+    for key in ("util_gpu", "mem_used", "mem_total", "power_w", "power_limit_w", "energy_j",
+                "pcie_rx_mbs", "temperature_c", "sm_clock_mhz", "sm_active", "tensor_active"):
+        assert gpu[key] is not None, key
+    proc = gpu["processes"][0]
+    assert set(SCHEMA_PROC) <= set(proc)
+
+
+def test_input_starved_lists_a_live_pid_with_measured_workers():
+    data = snapshot_json("--demo", "input-starved")
+    proc = data["gpus"][0]["processes"][0]
+    assert proc["workers"], proc
+    for worker in proc["workers"]:
+        assert worker["cpu_percent"] is not None and worker["cpu_percent"] > 20
+        assert worker["state"]
+    # The stand-ins end with the command: the pids are real but gone now.
+    assert not psutil.pid_exists(proc["pid"]) or psutil.Process(proc["pid"]).status() == "zombie"
+
+
+def test_unsupported_board_has_nulls_and_the_rest():
+    data = snapshot_json("--demo", "unsupported")
+    gpu = data["gpus"][0]
+    assert gpu["power_w"] is None and gpu["pcie_rx_mbs"] is None and gpu["sm_active"] is None
+    assert gpu["util_gpu"] is not None and gpu["mem_used"] is not None
+    assert gpu["processes"][0]["pid"] > 0  # found through the older _v2 call
+
+
+def test_no_driver_is_one_line_and_the_host_part():
+    for args in (["--demo", "no-driver"], []):
+        result = run_cli(*args, "snapshot")
+        assert result.returncode == 0
+        assert "Traceback" not in result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "NVIDIA driver" in lines[0] and "--demo" in lines[0]
+        assert "CPU" in result.stdout and "mem" in result.stdout
+
+
+def test_unknown_scenario_exits_2_with_one_line():
+    result = run_cli("--demo", "nonsense", "snapshot")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "healthy" in lines[0] and "tour" in lines[0] and "nonsense" in lines[0]
+
+
+def test_demo_list_names_every_scenario():
+    from gputop.collect.scenarios import SCENARIOS
+
+    result = run_cli("--demo", "list")
+    assert result.returncode == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()] == list(SCENARIOS)
+
+
+def test_table_shows_gpus_and_worker_rows():
+    result = run_cli("--demo", "tour", "--gpus", "0,6", "snapshot")
+    assert result.returncode == 0, result.stderr
+    assert "A100-SXM4-80GB" in result.stdout and "L40S" in result.stdout
+    assert "H100" not in result.stdout  # filtered out
+    assert "(worker)" in result.stdout
+
+
+def test_bad_global_options_are_one_line_errors():
+    for args in (["--gpus", "a,b"], ["--interval", "0"]):
+        result = run_cli(*args, "snapshot")
+        assert result.returncode == 2
+        assert len(result.stderr.strip().splitlines()) == 1
