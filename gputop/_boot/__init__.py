@@ -1,0 +1,1 @@
+"""The directory `gputop run` puts first on PYTHONPATH; it holds only a sitecustomize."""

@@ -1,0 +1,216 @@
+"""The gputop agent, loaded inside a training process.
+
+``import gputop.agent; gputop.agent.install()`` (or ``gputop run -- CMD``, which does it in every
+Python process of the job) starts a private Unix socket server on a daemon thread and, once the
+program imports torch, a global optimizer step post-hook and a DataLoader ``__next__`` timer.
+Idle, it costs a dictionary lookup per optimizer step and two clock reads per batch. It never
+imports torch itself, never raises into the training thread, and stays out of DataLoader
+workers: a forked child drops the parent's server, and a multiprocessing child (spawned or
+forked) only starts serving if it steps an optimizer itself, which workers never do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from gputop.agent.capture import CaptureController
+from gputop.agent.info import hello
+from gputop.agent.server import AgentServer
+from gputop.agent.telemetry import StepTelemetry
+from gputop.agent.torch_hooks import TorchHooks, after_import
+
+__all__ = ["install", "shutdown", "socket_path", "is_multiprocessing_child"]
+
+_install_lock = threading.Lock()
+_agent: _Agent | None = None
+
+
+def is_multiprocessing_child() -> bool:
+    """A process started by multiprocessing (spawn, forkserver) or a fork of one."""
+    if "--multiprocessing-fork" in getattr(sys, "orig_argv", sys.argv):
+        return True
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is not None and mp.parent_process() is not None
+    except Exception:
+        return False
+
+
+def _in_dataloader_worker() -> bool:
+    if "torch" not in sys.modules:
+        return False
+    try:
+        from torch.utils.data import get_worker_info
+
+        return get_worker_info() is not None
+    except Exception:
+        return False
+
+
+class _Agent:
+    def __init__(self) -> None:
+        self.started_at = time.time()
+        self.pid = os.getpid()
+        self.telemetry = StepTelemetry()
+        self.hooks = TorchHooks(self.telemetry)
+        self.capture = CaptureController(self.telemetry, self.hooks.ensure_placed)
+        self.server: AgentServer | None = None
+        self.server_error: str | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def serve(self) -> Path | None:
+        """Start the socket server in this process (once). Never raises."""
+        if self.server is not None:
+            return self.server.path
+        server = AgentServer(
+            {
+                "hello": lambda msg, gone: self._hello(msg),
+                "status": lambda msg, gone: self._status(msg),
+                "capture": self.capture.capture,
+                "cancel": lambda msg, gone: self._cancel(msg),
+            },
+            on_error=self.telemetry.record_error,
+        )
+        try:
+            path = server.start()
+        except Exception as exc:
+            self.server_error = f"{type(exc).__name__}: {exc}"[:300]
+            return None
+        self.server = server
+        self.server_error = None
+        return path
+
+    def wake_in_child(self) -> None:
+        """First optimizer step of a dormant multiprocessing child: serve, unless a worker."""
+        if _in_dataloader_worker():
+            return  # stays disabled: DataLoader workers never get an agent
+        self.telemetry.enabled = True
+        self.serve()
+
+    def after_fork_in_child(self) -> None:
+        """Runs in every forked child: the parent's server is not ours to keep."""
+        self.pid = os.getpid()
+        if self.server is not None:
+            self.server.forget_after_fork()
+            self.server = None
+        self.capture._lock = threading.Lock()  # may have been held by a thread that is gone
+        self.capture.job = None
+        self.capture.last = None
+        self.telemetry.reset()
+        self.telemetry.enabled = False
+        self.telemetry.on_first_step = self.wake_in_child
+
+    def at_exit(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        try:
+            self.capture.abandon_at_exit()
+        finally:
+            if self.server is not None:
+                self.server.close()
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def _hello(self, message: dict[str, Any]) -> dict[str, Any]:
+        if set(message) - {"cmd"}:
+            return _bad_fields(message)
+        return hello(self.started_at)
+
+    def _status(self, message: dict[str, Any]) -> dict[str, Any]:
+        if set(message) - {"cmd"}:
+            return _bad_fields(message)
+        problem = self.hooks.ensure_placed()
+        reply: dict[str, Any] = {"ok": True, "pid": os.getpid()}
+        reply.update(self.telemetry.status())
+        reply["torch_imported"] = "torch" in sys.modules
+        reply["step_hook"] = problem is None
+        if problem is not None:
+            reply["step_hook_problem"] = problem
+        reply["capture"] = self.capture.status()
+        reply["agent_errors"] = self.telemetry.errors
+        if self.telemetry.last_error:
+            reply["last_agent_error"] = self.telemetry.last_error
+        reply["refused_peers"] = self.server.refused if self.server is not None else 0
+        return reply
+
+    def _cancel(self, message: dict[str, Any]) -> dict[str, Any]:
+        if set(message) - {"cmd"}:
+            return _bad_fields(message)
+        return {"ok": True, "cancelled": self.capture.cancel()}
+
+
+def _bad_fields(message: dict[str, Any]) -> dict[str, Any]:
+    extra = sorted(str(k)[:40] for k in message if k != "cmd")
+    return {
+        "ok": False,
+        "error": "bad-request",
+        "message": f"unexpected field(s) for {message.get('cmd')}: {', '.join(extra)}",
+    }
+
+
+def install(dormant: bool | None = None) -> Path | None:
+    """Load the agent in this process; safe to call more than once.
+
+    Returns the socket path when the agent serves now, None when it waits: in a
+    multiprocessing child (``dormant`` defaults to that) it starts serving at the first
+    optimizer step, so DataLoader workers never get one. Never raises: a failure to start the
+    server leaves training untouched (see ``gputop.agent.problem()``).
+    """
+    global _agent
+    with _install_lock:
+        if _agent is None:
+            agent = _Agent()
+            try:
+                os.register_at_fork(after_in_child=agent.after_fork_in_child)
+                atexit.register(agent.at_exit)
+                after_import("torch", agent.hooks.place)
+            except Exception as exc:
+                agent.telemetry.record_error(exc)
+            _agent = agent
+        agent = _agent
+    if dormant is None:
+        dormant = is_multiprocessing_child()
+    if _in_dataloader_worker():
+        agent.telemetry.enabled = False
+        return None
+    if dormant and agent.server is None:
+        agent.telemetry.enabled = False
+        agent.telemetry.on_first_step = agent.wake_in_child
+        return None
+    agent.telemetry.enabled = True
+    agent.telemetry.on_first_step = None
+    return agent.serve()
+
+
+def socket_path() -> Path | None:
+    """Where this process's agent listens, if it does."""
+    agent = _agent
+    return agent.server.path if agent is not None and agent.server is not None else None
+
+
+def problem() -> str | None:
+    """Why the agent is not serving, if it was asked to and could not."""
+    agent = _agent
+    return None if agent is None else agent.server_error
+
+
+def shutdown() -> None:
+    """Stop the server and remove every hook (for tests and benchmarks)."""
+    global _agent
+    with _install_lock:
+        agent, _agent = _agent, None
+    if agent is None:
+        return
+    agent.capture.cancel("cancelled", "the agent was shut down")
+    agent.telemetry.enabled = False
+    agent.hooks.remove()
+    if agent.server is not None:
+        agent.server.close()
+        agent.server = None

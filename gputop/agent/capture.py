@@ -1,0 +1,544 @@
+"""Profiler captures inside the training process.
+
+A step-aligned capture is asked for on the server thread but started, stepped and stopped on the
+training thread, from the optimizer step post-hook: a profiler started from another thread does
+not see the training thread's ops. The Chrome trace is written by a short-lived export thread,
+so the training thread only pays for starting and stopping the profiler. Where nothing steps an
+optimizer, a time-window capture profiles all threads from the server side (when torch can).
+
+torch is only imported here lazily, and only when the program has imported it already.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gputop.agent.telemetry import StepTelemetry
+from gputop.ipc import default_capture_dir
+
+MAX_STEPS = 1000
+MAX_WARMUP = 100
+MAX_SECONDS = 600.0
+DEFAULT_STEPS = 3
+DEFAULT_WARMUP = 1  # one discarded step keeps the profiler's own start-up out of the trace
+DEFAULT_TIMEOUT_S = 60.0
+MIN_FIRST_STEP_WAIT_S = 10.0  # how long "no optimizer step" waits, at least (unless timeout)
+
+_BOOL_FIELDS = ("record_shapes", "with_stack", "profile_memory")
+
+
+class CaptureError(Exception):
+    """A capture request that cannot be served: becomes an error reply ``code``/``message``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _number(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise CaptureError("bad-request", f"{name} must be a number")
+    if not low <= value <= high:
+        raise CaptureError("bad-request", f"{name} must be between {low:g} and {high:g}")
+    return float(value)
+
+
+def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CaptureError("bad-request", f"{name} must be an integer")
+    if not low <= value <= high:
+        raise CaptureError("bad-request", f"{name} must be between {low} and {high}")
+    return value
+
+
+def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
+    """Validate a ``capture`` request into a complete parameter dict (or CaptureError)."""
+    allowed = {"cmd", "steps", "warmup", "seconds", "timeout", "out", *_BOOL_FIELDS}
+    unknown = sorted(str(k)[:40] for k in message if k not in allowed)
+    if unknown:
+        raise CaptureError("bad-request", f"unknown field(s) for capture: {', '.join(unknown)}")
+    steps = _integer(message, "steps", 1, MAX_STEPS)
+    warmup = _integer(message, "warmup", 0, MAX_WARMUP)
+    seconds = _number(message, "seconds", 0.05, MAX_SECONDS)
+    timeout = _number(message, "timeout", 0.1, 86400.0)
+    if seconds is not None and (steps is not None or warmup is not None):
+        raise CaptureError("bad-request", "give either steps (and warmup) or seconds, not both")
+    params: dict[str, Any] = {
+        "mode": "seconds" if seconds is not None else "steps",
+        "steps": DEFAULT_STEPS if steps is None else steps,
+        "warmup": DEFAULT_WARMUP if warmup is None else warmup,
+        "seconds": seconds,
+    }
+    if seconds is not None:
+        params["steps"] = params["warmup"] = 0
+    params["timeout"] = (
+        timeout
+        if timeout is not None
+        else (DEFAULT_TIMEOUT_S if seconds is None else seconds + DEFAULT_TIMEOUT_S)
+    )
+    for name in _BOOL_FIELDS:
+        value = message.get(name, False)
+        if not isinstance(value, bool):
+            raise CaptureError("bad-request", f"{name} must be true or false")
+        params[name] = value
+    out = message.get("out")
+    if out is not None:
+        if not isinstance(out, str) or not out or len(out) > 4096 or "\0" in out:
+            raise CaptureError("bad-request", "out must be a directory path")
+        if not os.path.isabs(out):
+            raise CaptureError("bad-request", "out must be an absolute path")
+    params["out"] = out
+    return params
+
+
+def prepare_capture_dir(out: str | None) -> Path:
+    """Create the capture directory (0700) and make sure we can write in it, or CaptureError."""
+    path = Path(out) if out else default_capture_dir()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
+        probe = path / f".gputop-probe-{os.getpid()}-{threading.get_ident()}"
+        probe.mkdir(mode=0o700)
+        probe.rmdir()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise CaptureError("capture-dir", f"cannot write traces to {path}: {reason}") from None
+    return path
+
+
+def trace_file_name(now_s: float | None = None) -> str:
+    """``<host>_<pid>.<time_ms>.pt.trace.json.gz``: torch's tensorboard_trace_handler naming."""
+    ms = int((time.time() if now_s is None else now_s) * 1000)
+    return f"{socket.gethostname()}_{os.getpid()}.{ms}.pt.trace.json.gz"
+
+
+def write_trace(profiler: Any, directory: Path) -> Path:
+    """Export ``profiler``'s Chrome trace gzipped into ``directory`` with mode 0600.
+
+    The raw JSON goes to a private temporary directory next to the target and the gzip file
+    appears under its final name only when complete (os.replace), so no reader ever sees half a
+    trace and nothing half-written stays behind on failure (disk full, directory gone).
+    """
+    import gzip
+    import shutil
+    import tempfile
+    import zlib
+
+    tmpdir = tempfile.mkdtemp(prefix=".gputop-export-", dir=directory)  # mode 0700
+    try:
+        raw = os.path.join(tmpdir, "trace.json")
+        profiler.export_chrome_trace(raw)
+        with open(raw, "rb") as src:
+            size = src.seek(0, os.SEEK_END)
+            src.seek(max(0, size - 64))
+            tail = src.read().rstrip()
+            if not tail.endswith((b"}", b"]")):
+                raise OSError(28, "trace export incomplete (disk full?)")
+            src.seek(0)
+            name = trace_file_name()
+            staged = os.path.join(tmpdir, name)
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with (
+                os.fdopen(fd, "wb") as out,
+                gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out, mtime=0) as gz,
+            ):
+                shutil.copyfileobj(src, gz, 1 << 20)
+        os.chmod(staged, 0o600)
+        final = directory / name
+        os.replace(staged, final)
+        return final
+    except zlib.error as exc:
+        raise OSError(5, f"compression failed: {exc}") from None
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def profile_all_threads_supported() -> bool:
+    """Whether this torch can record other threads' ops from a profiler on this thread."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        from torch.profiler import _ExperimentalConfig
+
+        _ExperimentalConfig(profile_all_threads=True)
+    except Exception:
+        return False
+    return True
+
+
+def _activities() -> list[Any]:
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    # Only where the program has set CUDA up already: probing would initialise it for them.
+    if torch.cuda.is_initialized():
+        activities.append(ProfilerActivity.CUDA)
+    return activities
+
+
+class CaptureJob:
+    """One capture, from request to reply; fields are read by ``status`` on other threads."""
+
+    def __init__(self, params: dict[str, Any], directory: Path) -> None:
+        self.params = params
+        self.directory = directory
+        self.state = "waiting"  # waiting -> warmup -> recording -> exporting (or cancelling)
+        self.requested_at = time.monotonic()
+        self.steps_seen = 0  # profiler steps since start (warm-up included)
+        self.marks: list[float] = []  # perf_counter at each step boundary while profiling
+        self.profiler: Any = None
+        self.trace_ready = False
+        self.cancel_code: str | None = None
+        self.cancel_message = ""
+        self.blocked_s = 0.0  # training-thread time spent in capture code
+        self.done = threading.Event()
+        self.reply: dict[str, Any] | None = None
+
+    @property
+    def total_steps(self) -> int:
+        return self.params["warmup"] + self.params["steps"]
+
+    def progress(self) -> dict[str, Any]:
+        p = self.params
+        recorded = max(0, self.steps_seen - p["warmup"])
+        return {
+            "state": self.state,
+            "mode": p["mode"],
+            "steps_total": p["steps"],
+            "steps_done": min(recorded, p["steps"]),
+            "warmup": p["warmup"],
+            "seconds": p["seconds"],
+            "elapsed_s": round(time.monotonic() - self.requested_at, 3),
+        }
+
+
+class CaptureController:
+    """Runs at most one capture at a time; the second request is told ``busy``."""
+
+    def __init__(self, telemetry: StepTelemetry, hooks_ready: Callable[[], str | None]) -> None:
+        self.telemetry = telemetry
+        # Returns None when the step hook is in place, else why captures by steps cannot work.
+        self._hooks_ready = hooks_ready
+        self._lock = threading.Lock()
+        self.job: CaptureJob | None = None
+        self.last: dict[str, Any] | None = None
+
+    # --- server thread -----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        job = self.job
+        state = job.progress() if job is not None else {"state": "idle"}
+        if self.last is not None:
+            state["last"] = self.last
+        return state
+
+    def capture(self, message: dict[str, Any], client_gone: Callable[[], bool]) -> dict[str, Any]:
+        """Serve one ``capture`` request, blocking this (connection) thread until it is done."""
+        try:
+            params = parse_capture_request(message)
+            if params["mode"] == "steps":
+                why_not = self._hooks_ready()
+                if why_not is not None:
+                    raise CaptureError("unsupported", why_not)
+            elif not profile_all_threads_supported():
+                raise CaptureError("unsupported", self._no_window_reason())
+            if self.job is not None:
+                raise CaptureError("busy", self._busy_message())
+            directory = prepare_capture_dir(params["out"])
+            job = CaptureJob(params, directory)
+            with self._lock:
+                if self.job is not None:
+                    raise CaptureError("busy", self._busy_message())
+                self.job = job
+            if params["mode"] == "steps":
+                self.telemetry.on_step = self._on_step
+                return self._wait_for_steps(job, client_gone)
+            return self._time_window(job, client_gone)
+        except CaptureError as exc:
+            return {"ok": False, "error": exc.code, "message": str(exc)}
+
+    def cancel(self, code: str = "cancelled", message: str = "the capture was cancelled") -> bool:
+        with self._lock:
+            job = self.job
+            if job is None:
+                return False
+            if job.cancel_code is None:
+                job.cancel_code, job.cancel_message = code, message
+            if job.state == "waiting" and job.params["mode"] == "steps":
+                # Nothing started on the training thread yet: finish here and now.
+                self._finish_locked(job, _error(code, message))
+            elif job.state in ("warmup", "recording"):
+                job.state = "cancelling"  # the next step stops the profiler
+        return True
+
+    def abandon_at_exit(self) -> None:
+        """The process is exiting: whoever waits for a capture hears it now."""
+        job = self.job
+        if job is not None:
+            with self._lock:
+                self._finish_locked(
+                    job, _error("exited", "the process exited before the capture finished")
+                )
+
+    def _busy_message(self) -> str:
+        job = self.job
+        if job is None:
+            return "a capture is already running"
+        return f"a capture is already running ({job.state}, {job.progress()['elapsed_s']:.1f} s)"
+
+    def _no_window_reason(self) -> str:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return "the process has not imported torch; there is nothing to profile"
+        return (
+            f"torch {getattr(torch, '__version__', '?')} cannot profile the other threads of the "
+            "process (no profile_all_threads); only step-aligned captures work here"
+        )
+
+    def _first_step_wait(self, timeout: float) -> float:
+        p95 = self.telemetry.status().get("step_time_p95_s") or 0.0
+        return min(timeout, max(MIN_FIRST_STEP_WAIT_S, 3.0 * p95))
+
+    def _wait_for_steps(self, job: CaptureJob, client_gone: Callable[[], bool]) -> dict[str, Any]:
+        timeout = job.params["timeout"]
+        first_wait = self._first_step_wait(timeout)
+        give_up_at: float | None = None
+        while not job.done.wait(0.05):
+            now = time.monotonic()
+            waited = now - job.requested_at
+            if job.cancel_code is not None:
+                # A running profiler can only stop at the training thread's next step; do not
+                # wait for a step that may never come (a stuck job).
+                if give_up_at is None:
+                    p95 = self.telemetry.status().get("step_time_p95_s") or 0.0
+                    give_up_at = now + max(5.0, 2.0 * p95)
+                elif now > give_up_at:
+                    return _error(
+                        job.cancel_code,
+                        f"{job.cancel_message} (the profiler stops at the next step)",
+                    )
+            elif client_gone():
+                self.cancel("cancelled", "the client went away")
+            elif job.state == "waiting" and waited > first_wait:
+                hint = (
+                    f"; a time-window capture does not need steps: gputop capture {os.getpid()} "
+                    "--seconds 5"
+                    if profile_all_threads_supported()
+                    else f"; {self._no_window_reason()}"
+                )
+                self.cancel(
+                    "no-steps",
+                    f"no optimizer step in {waited:.0f} s (inference, or a stuck job?){hint}",
+                )
+            elif waited > timeout:
+                p = job.progress()
+                self.cancel(
+                    "timeout",
+                    f"only {p['steps_done']} of {p['steps_total']} steps recorded in "
+                    f"{timeout:g} s; try fewer --steps or a longer --timeout",
+                )
+        return job.reply or _error("capture-failed", "the capture ended without a result")
+
+    def _finish_locked(self, job: CaptureJob, reply: dict[str, Any]) -> None:
+        if job.done.is_set():
+            return
+        job.reply = reply
+        if self.job is job:
+            self.job = None
+            self.telemetry.on_step = None
+        self.last = {
+            "ok": bool(reply.get("ok")),
+            "trace": reply.get("trace"),
+            "error": reply.get("error"),
+            "finished_at": round(time.time(), 3),
+        }
+        job.done.set()
+
+    def _finish(self, job: CaptureJob, reply: dict[str, Any]) -> None:
+        with self._lock:
+            self._finish_locked(job, reply)
+
+    # --- training thread (from the optimizer step post-hook) ---------------------------------
+
+    def _on_step(self, now: float) -> None:
+        job = self.job
+        if job is None or job.params["mode"] != "steps":
+            return
+        t0 = time.perf_counter()
+        try:
+            if job.cancel_code is not None:
+                self._stop_profiler(job)
+                self._finish(job, _error(job.cancel_code, job.cancel_message))
+            elif job.state == "waiting":
+                self._start_profiler(job, now)
+            elif job.state in ("warmup", "recording"):
+                job.marks.append(now)
+                job.steps_seen += 1
+                job.profiler.step()
+                if job.steps_seen >= job.params["warmup"]:
+                    job.state = "recording"
+                if job.trace_ready:
+                    self._hand_off(job)
+        except Exception as exc:
+            self.telemetry.record_error(exc)
+            try:
+                self._stop_profiler(job)
+            except Exception:
+                pass
+            self._finish(job, _error("capture-failed", f"profiler failed: {exc}"[:300]))
+        finally:
+            job.blocked_s += time.perf_counter() - t0
+
+    def _start_profiler(self, job: CaptureJob, now: float) -> None:
+        from torch.profiler import ProfilerAction, profile
+
+        warmup, steps = job.params["warmup"], job.params["steps"]
+
+        def schedule(step: int) -> ProfilerAction:
+            # Our own schedule: torch's builder warns about warmup=0 in the user's stderr.
+            if step < warmup:
+                return ProfilerAction.WARMUP
+            if step < warmup + steps - 1:
+                return ProfilerAction.RECORD
+            if step == warmup + steps - 1:
+                return ProfilerAction.RECORD_AND_SAVE
+            return ProfilerAction.NONE
+
+        def trace_ready(_prof: Any) -> None:
+            job.trace_ready = True
+
+        with self._lock:
+            if job.cancel_code is not None or self.job is not job:
+                return
+            job.profiler = profile(
+                activities=_activities(),
+                schedule=schedule,
+                on_trace_ready=trace_ready,
+                record_shapes=job.params["record_shapes"],
+                with_stack=job.params["with_stack"],
+                profile_memory=job.params["profile_memory"],
+            )
+            job.profiler.start()
+            job.marks.append(now)
+            job.state = "warmup" if warmup else "recording"
+
+    def _stop_profiler(self, job: CaptureJob) -> None:
+        prof, job.profiler = job.profiler, None
+        if prof is not None:
+            prof.stop()
+
+    def _hand_off(self, job: CaptureJob) -> None:
+        """Stop on the training thread, export on another one."""
+        prof = job.profiler
+        job.profiler = None
+        prof.stop()
+        job.state = "exporting"
+        self.telemetry.on_step = None
+        thread = threading.Thread(
+            target=self._export, args=(job, prof), name="gputop-export", daemon=True
+        )
+        thread.start()
+
+    # --- export thread -------------------------------------------------------------------------
+
+    def _export(self, job: CaptureJob, prof: Any) -> None:
+        try:
+            path = write_trace(prof, job.directory)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            self._finish(
+                job, _error("export-failed", f"cannot write the trace to {job.directory}: {reason}")
+            )
+            return
+        except Exception as exc:
+            self._finish(job, _error("export-failed", f"trace export failed: {exc}"[:300]))
+            return
+        self._finish(job, self._success(job, path))
+
+    def _success(self, job: CaptureJob, path: Path) -> dict[str, Any]:
+        warmup = job.params["warmup"]
+        marks = job.marks[warmup:] if job.params["mode"] == "steps" else job.marks
+        summary: dict[str, Any] = {"duration_s": None, "step_time_mean_s": None}
+        if len(marks) >= 2:
+            summary["duration_s"] = round(marks[-1] - marks[0], 6)
+        if job.params["mode"] == "steps" and len(marks) >= 2:
+            summary["step_time_mean_s"] = round((marks[-1] - marks[0]) / (len(marks) - 1), 6)
+            waits = [s for s in self.telemetry.recent_steps(marks[0]) if s[0] <= marks[-1]]
+            total = sum(s[1] for s in waits)
+            summary["dataloader_wait_share"] = (
+                round(sum(s[2] for s in waits) / total, 4) if total else None
+            )
+        summary["blocked_s"] = round(job.blocked_s, 6)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = None
+        return {
+            "ok": True,
+            "trace": str(path),
+            "bytes": size,
+            "mode": job.params["mode"],
+            "steps": job.params["steps"],
+            "warmup": job.params["warmup"],
+            "seconds": job.params["seconds"],
+            "summary": summary,
+        }
+
+    # --- time window (server side, all threads) ----------------------------------------------
+
+    def _time_window(self, job: CaptureJob, client_gone: Callable[[], bool]) -> dict[str, Any]:
+        from torch.profiler import _ExperimentalConfig, profile
+
+        seconds = job.params["seconds"]
+        try:
+            prof = profile(
+                activities=_activities(),
+                record_shapes=job.params["record_shapes"],
+                with_stack=job.params["with_stack"],
+                profile_memory=job.params["profile_memory"],
+                experimental_config=_ExperimentalConfig(profile_all_threads=True),
+            )
+            prof.start()
+        except Exception as exc:
+            self._finish(job, _error("capture-failed", f"profiler failed to start: {exc}"[:300]))
+            return job.reply or {}
+        job.state = "recording"
+        job.marks.append(time.perf_counter())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and job.cancel_code is None:
+            if client_gone():
+                job.cancel_code, job.cancel_message = "cancelled", "the client went away"
+                break
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+        try:
+            prof.stop()
+        except Exception as exc:
+            self._finish(job, _error("capture-failed", f"profiler failed to stop: {exc}"[:300]))
+            return job.reply or {}
+        job.marks.append(time.perf_counter())
+        if job.cancel_code is not None:
+            self._finish(job, _error(job.cancel_code, job.cancel_message))
+        else:
+            job.state = "exporting"
+            self._export(job, prof)
+        return job.reply or {}
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"ok": False, "error": code, "message": message}
