@@ -42,6 +42,7 @@ class ProcSample:
     threads: int | None = None
     create_time: float | None = None
     cmdline: str = ""
+    ppid: int | None = None
     visible: bool = True
     workers: tuple[WorkerSample, ...] = ()
     agent: dict[str, Any] | None = None

@@ -16,7 +16,7 @@ import psutil
 
 from gputop.model import HostSample, ProcSample, WorkerSample
 
-_ATTRS = ["name", "username", "status", "num_threads", "memory_info", "create_time", "cmdline"]
+_ATTRS = ["name", "ppid", "username", "status", "num_threads", "memory_info", "create_time", "cmdline"]
 
 
 @dataclass
@@ -176,6 +176,7 @@ class HostCollector:
             threads=info.get("num_threads"),
             create_time=info.get("create_time"),
             cmdline=" ".join(cmdline),
+            ppid=info.get("ppid"),
             workers=tuple(workers),
         )
 

@@ -190,7 +190,9 @@ REASON_HW_SLOWDOWN = 0x8
 REASON_SW_THERMAL = 0x20
 REASON_HW_THERMAL = 0x40
 
-HOST_SYNC_PERIOD = 2.0  # seconds per simulated training step in the saw-tooth
+# Seconds per simulated step of the saw-tooth; not a multiple of common sampling intervals,
+# so 1 s samples walk across the whole cycle instead of hitting the same phases.
+HOST_SYNC_PERIOD = 2.6
 
 
 _MASK = (1 << 64) - 1
@@ -235,7 +237,7 @@ def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuRead
     elif kind == "host-sync":
         # Utilization ramps while the queue fills, drops to zero at each .item() sync.
         phase = (t % HOST_SYNC_PERIOD) / HOST_SYNC_PERIOD
-        util = max(0.0, (92.0 * phase / 0.7 if phase < 0.7 else 2.0) + 2 * n(0))
+        util = max(0.0, (40.0 + 58.0 * phase / 0.75 if phase < 0.75 else 3.0) + 2 * n(0))
         util = min(util, 100.0)
         temp = 58.0 + 2 * n(4)
     elif kind == "throttled":

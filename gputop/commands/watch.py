@@ -1,15 +1,73 @@
-"""`gputop watch`: not built yet."""
+"""`gputop watch`: headless diagnosis; print each finding as it raises and clears."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import sys
+import time
 
+from diagnostics.live import LiveDiagnosis, Transition
 from gputop.errors import UsageError
+from gputop.session import open_sampler
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    sub.add_parser("watch", parents=[common], help="(not built yet)")
+    p = sub.add_parser(
+        "watch",
+        parents=[common],
+        help="headless: print findings as they raise and clear (for cluster jobs and alerting)",
+        description="Sample every --interval and run the live rules; print a line when a finding "
+        "raises and when it clears. Exits 0 after --duration, 130 on Ctrl-C.",
+    )
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line: time, host, gpu, pid, id, severity, title, "
+                        "evidence, fix, next_step, state (raised | cleared)")
+    p.add_argument("--duration", type=float, metavar="S", default=None,
+                   help="stop after S seconds (default: run until interrupted)")
+
+
+def format_transition(t: Transition) -> str:
+    f = t.finding
+    stamp = time.strftime("%H:%M:%S", time.localtime(t.time))
+    where = " ".join(x for x in (f"GPU {f.gpu}" if f.gpu is not None else "",
+                                 f"pid {f.pid}" if f.pid is not None else "") if x)
+    if t.state == "cleared":
+        return f"{stamp} cleared  {f.id} {where}: {f.title}"
+    return (f"{stamp} RAISED   {f.severity} {f.id} {where}: {f.title}\n"
+            f"         evidence: {f.evidence}\n"
+            f"         fix: {f.fix}\n"
+            f"         next: {f.next_step}")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UsageError("`gputop watch` is not built yet")
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    # SIGTERM (a job scheduler stopping us) ends the loop like Ctrl-C, with cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    diagnosis = LiveDiagnosis()
+    try:
+        with open_sampler(args.demo, args.gpus, args.seed) as sampler:
+            if not sampler.driver.available:
+                print(f"gputop: {sampler.driver.error}; only host-side rules can run "
+                      "(try --demo tour)", file=sys.stderr)
+            host = sampler.host.hostname
+            start = time.monotonic()
+            tick = start
+            while args.duration is None or time.monotonic() - start < args.duration:
+                snap = sampler.sample()
+                for transition in diagnosis.update(snap):
+                    if args.json:
+                        print(json.dumps(transition.to_json(host)), flush=True)
+                    else:
+                        print(format_transition(transition), flush=True)
+                tick += args.interval
+                delay = tick - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                else:
+                    tick = time.monotonic()  # we fell behind: do not burst to catch up
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -2,7 +2,7 @@
 
 Run as ``python -m gputop.demo.standin KIND --workers N --parent PID``:
 
-* ``trainer``: a healthy job: the main process busy ~30 %, workers lightly loaded;
+* ``trainer``: a healthy job: the main process busy ~15 %, workers lightly loaded;
 * ``starved``: the main process waits on its DataLoader-like workers, each of which burns a core;
 * ``sync``: the main process is CPU-bound (~95 % of a core) with no workers;
 * ``idle``: nothing runs (a job waiting on I/O or a peer).
@@ -26,8 +26,8 @@ PR_SET_NAME = 15
 
 # (busy seconds, idle seconds) per cycle for each process role.
 DUTY = {
-    "trainer": (0.03, 0.07),
-    "trainer-worker": (0.015, 0.085),
+    "trainer": (0.015, 0.085),
+    "trainer-worker": (0.005, 0.095),
     "starved-worker": (1.0, 0.0),
     "sync": (0.095, 0.005),
 }

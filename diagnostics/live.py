@@ -1,0 +1,611 @@
+"""Live rules: findings from windows of snapshots (NVML + psutil + agent telemetry).
+
+Pure functions of the recent snapshots: no textual, no pynvml, no torch. ``LiveDiagnosis`` keeps
+the last few minutes of snapshots, evaluates every rule on each new one, and raises a finding only
+after its condition has held for ``raise_after`` seconds, and clears it only after the condition
+has been absent for ``clear_after`` seconds, so findings do not flap.
+
+Thresholds, and why:
+* NVML "utilization" is the share of the sample period in which any kernel ran. A training job
+  that keeps its GPU fed sits above 80-90 %; below 50 % half the GPU time is lost.
+* A DataLoader worker is a process that turns samples into batches; at >= 60 % of a core on
+  average it has no slack. The TensorBoard profiler plugin calls a step input-bound when the
+  DataLoader takes >= 5 % of it and flags it high past 20 %; the agent's wait share uses 30 %.
+* Throttling counts only while the GPU is busy and the SM clock is at least 10 % under its max:
+  a power-capped idle GPU costs nothing.
+* PCIe: usable bandwidth is ~80 % of the link's theoretical rate; at 60 % of it for a whole window
+  while the GPU is under-used, copies are the bottleneck.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import fmean
+
+from diagnostics.findings import Finding, order_findings
+from gputop.model import GpuSample, ProcSample, Snapshot
+
+WINDOW_S = 10.0  # most rules look at the last 10 s
+HUNG_S = 60.0
+MEMORY_WINDOW_S = 300.0
+KEEP_S = 330.0
+
+THROTTLE_EVENTS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+PCIE_GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+# -- small helpers over a window -------------------------------------------------------------
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return fmean(vals) if vals else None
+
+
+def _runnable_share(states: Iterable[str | None]) -> float:
+    """Share of samples in which a process was running or waiting for a CPU (state R).
+
+    A CPU-bound process on an oversubscribed host gets less than a core, so its CPU % understates
+    how busy it is; but it is runnable whenever it is not given the CPU. One /proc read per tick
+    is an instant, so over a window this estimates the share of time it wanted a CPU."""
+    states = [s for s in states if s]
+    return sum(s == "running" for s in states) / len(states) if states else 0.0
+
+
+def _gpu_series(window: list[Snapshot], index: int) -> list[GpuSample]:
+    out = []
+    for snap in window:
+        for gpu in snap.gpus:
+            if gpu.index == index:
+                out.append(gpu)
+    return out
+
+
+def _proc_series(gpus: list[GpuSample], pid: int) -> list[ProcSample]:
+    return [p for g in gpus for p in g.processes if p.pid == pid]
+
+
+def _linear_fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
+    """Slope and R^2 of a least-squares line."""
+    n = len(ts)
+    mt, my = fmean(ts), fmean(ys)
+    sxx = sum((t - mt) ** 2 for t in ts)
+    sxy = sum((t - mt) * (y - my) for t, y in zip(ts, ys))
+    syy = sum((y - my) ** 2 for y in ys)
+    if n < 3 or sxx == 0:
+        return 0.0, 0.0
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
+    return slope, r2
+
+
+def _gib(value: float) -> str:
+    return f"{value / 1024**3:.1f} GiB"
+
+
+def _nsys(pid: int | None) -> str:
+    target = f"--pid {pid} " if pid else ""
+    return (
+        f"gputop capture {pid} --steps 5" if pid else "gputop capture PID --steps 5"
+    ) + f"  (or: nsys profile {target}-t cuda,nvtx,osrt --duration 30 -o gputop-stall)"
+
+
+@dataclass(frozen=True)
+class _Context:
+    window: list[Snapshot]  # the last WINDOW_S seconds
+    history: list[Snapshot]  # everything kept (up to KEEP_S)
+    own_pid: int
+
+
+# -- the rules: each returns the findings whose condition holds now ---------------------------
+
+
+def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        util = _mean(g.util_gpu for g in gpus)
+        if util is None or util >= 50:
+            continue
+        for pid in _pids(gpus):
+            procs = _proc_series(gpus, pid)
+            main_cpu = _mean(p.cpu_percent for p in procs)
+            main_runnable = _runnable_share(p.state for p in procs)
+            n_workers = len(procs[-1].workers)
+            worker_cpu = _mean(w.cpu_percent for p in procs for w in p.workers)
+            worker_runnable = _runnable_share(w.state for p in procs for w in p.workers)
+            wait_share = _mean((p.agent or {}).get("dataloader_wait_share") for p in procs)
+            host_cpu = _mean(s.host.cpu_percent for s in ctx.window)
+            if wait_share is not None and wait_share >= 0.3:
+                why = f"the training loop waits for the DataLoader {wait_share * 100:.0f}% of each step (agent)"
+            elif n_workers and worker_cpu is not None and worker_cpu >= 60:
+                why = f"its {n_workers} DataLoader workers run at {worker_cpu:.0f}% of a core each"
+            elif n_workers and worker_runnable >= 0.7 and (host_cpu or 0) >= 90:
+                why = (f"its {n_workers} workers are CPU-bound (runnable {worker_runnable * 100:.0f}% "
+                       f"of the time, {worker_cpu or 0:.0f}% of a core each) on a host with no CPU "
+                       f"left ({host_cpu:.0f}% busy)")
+            elif not n_workers and util < 35 and (
+                (main_cpu or 0) >= 80 or (main_runnable >= 0.8 and (host_cpu or 0) >= 90)
+            ):
+                why = (f"it has no DataLoader workers and its main process is CPU-bound "
+                       f"({main_cpu or 0:.0f}% of a core): loading in the training loop, num_workers=0")
+            else:
+                continue
+            out.append(Finding(
+                id="dataloader-stall",
+                severity="critical" if util < 25 else "warning",
+                title=f"GPU {index} starved by the input pipeline of pid {pid}",
+                evidence=f"GPU {index} busy {util:.0f}% over {WINDOW_S:.0f} s while {why}",
+                fix=("Raise DataLoader num_workers (up to the free cores), set pin_memory=True and "
+                     "persistent_workers=True, move heavy transforms to the GPU or precompute them"),
+                next_step=_nsys(pid),
+                cost_s=(100 - util) / 100 * WINDOW_S,
+                gpu=index,
+                pid=pid,
+            ))
+    return out
+
+
+def rule_host_sync(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        utils = [g.util_gpu for g in gpus if g.util_gpu is not None]
+        if len(utils) < 5:
+            continue
+        mean = fmean(utils)
+        low = sum(u < 15 for u in utils) / len(utils)
+        high = max(utils)
+        # A saw-tooth: the queue fills, then drains to zero at every sync; the average stays
+        # well above a starved GPU's, but a real share of samples is near zero.
+        if not (mean >= 35 and high >= 80 and 0.1 <= low <= 0.6):
+            continue
+        for pid in _pids(gpus):
+            procs = _proc_series(gpus, pid)
+            main_cpu = _mean(p.cpu_percent for p in procs)
+            runnable = _runnable_share(p.state for p in procs)
+            wait_share = _mean((p.agent or {}).get("dataloader_wait_share") for p in procs)
+            host_cpu = _mean(s.host.cpu_percent for s in ctx.window) or 0
+            cpu_bound = (main_cpu or 0) >= 70 or (runnable >= 0.7 and host_cpu >= 90)
+            if not cpu_bound or (wait_share or 0) >= 0.3:
+                continue
+            out.append(Finding(
+                id="host-sync",
+                severity="warning",
+                title=f"pid {pid} blocks on GPU {index} every step",
+                evidence=(f"GPU {index} utilization saw-tooth: mean {mean:.0f}%, peak {high:.0f}%, "
+                          f"{low * 100:.0f}% of samples under 15%, main process CPU-bound "
+                          f"({main_cpu or 0:.0f}% of a core, runnable {runnable * 100:.0f}% of the time)"),
+                fix=("Remove per-step .item() / .cpu() / print(loss) / torch.cuda.synchronize() from "
+                     "the loop; accumulate metrics on the GPU and read them every N steps"),
+                next_step=_nsys(pid),
+                cost_s=low * WINDOW_S,
+                gpu=index,
+                pid=pid,
+            ))
+    return out
+
+
+def rule_gpu_idle(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        last = gpus[-1]
+        util = _mean(g.util_gpu for g in gpus)
+        if util is None or util >= 5 or not last.mem_total or last.mem_used is None:
+            continue
+        if last.mem_used < 0.05 * last.mem_total or not last.processes:
+            continue  # nothing holds the GPU: free, not idle
+        tree_cpu = _mean(p.tree_cpu_percent for g in gpus for p in g.processes if p.visible)
+        if tree_cpu is not None and tree_cpu >= 20:
+            continue  # the CPU is working: another rule's business
+        pids = ", ".join(str(p.pid) for p in last.processes)
+        out.append(Finding(
+            id="gpu-idle",
+            severity="warning",
+            title=f"GPU {index} held but idle",
+            evidence=(f"GPU {index} busy {util:.0f}% over {WINDOW_S:.0f} s with {_gib(last.mem_used)} "
+                      f"allocated by pid {pids}; their CPU use {tree_cpu or 0:.0f}%"),
+            fix=("The job waits on something else: storage or network I/O, a peer rank, an "
+                 "evaluation on the CPU. Check the job's log and py-spy dump --pid PID"),
+            next_step=f"py-spy dump --pid {last.processes[0].pid}",
+            cost_s=WINDOW_S,
+            gpu=index,
+            pid=last.processes[0].pid,
+        ))
+    return out
+
+
+def rule_hung(ctx: _Context) -> list[Finding]:
+    if not ctx.history or ctx.history[-1].time - ctx.history[0].time < HUNG_S:
+        return []
+    start = ctx.history[-1].time - HUNG_S
+    span = [s for s in ctx.history if s.time >= start]
+    out = []
+    for index, gpus in _per_gpu(span):
+        if not gpus[-1].processes or any((g.util_gpu or 0) >= 1 for g in gpus):
+            continue
+        pid = gpus[-1].processes[0].pid
+        steps = [(p.agent or {}).get("step_count") for p in _proc_series(gpus, pid)]
+        steps = [s for s in steps if s is not None]
+        if steps and steps[-1] != steps[0]:
+            continue  # steps still advance: slow, not hung
+        progress = "no step progress (agent)" if steps else "no agent to report steps"
+        out.append(Finding(
+            id="hung",
+            severity="critical",
+            title=f"GPU {index}: pid {pid} looks hung",
+            evidence=f"no GPU work on GPU {index} for {HUNG_S:.0f} s; {progress}",
+            fix=("Look where it is stuck: a collective waiting for a dead rank (set "
+                 "NCCL_DEBUG=INFO, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a timeout), a deadlocked "
+                 "DataLoader, or blocking I/O"),
+            next_step=f"py-spy dump --pid {pid} --native",
+            cost_s=HUNG_S,
+            gpu=index,
+            pid=pid,
+        ))
+    return out
+
+
+def rule_throttling(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        busy = [g for g in gpus if (g.util_gpu or 0) >= 50]
+        if len(busy) < max(3, len(gpus) // 2):
+            continue
+        throttled = [g for g in busy if any(e in THROTTLE_EVENTS for e in g.clock_events)]
+        if len(throttled) < len(busy) / 2:
+            continue
+        clock = _mean(g.sm_clock_mhz for g in throttled)
+        max_clock = throttled[-1].sm_clock_max_mhz
+        if clock is None or not max_clock or clock > 0.9 * max_clock:
+            continue
+        lost = 1 - clock / max_clock
+        reasons = sorted({e for g in throttled for e in g.clock_events if e in THROTTLE_EVENTS})
+        thermal = any("thermal" in r for r in reasons)
+        last = throttled[-1]
+        power = (f", power {last.power_w:.0f}/{last.power_limit_w:.0f} W"
+                 if last.power_w is not None and last.power_limit_w else "")
+        temp = f", {last.temperature_c:.0f} C" if last.temperature_c is not None else ""
+        out.append(Finding(
+            id="throttling",
+            severity="critical" if thermal else "warning",
+            title=f"GPU {index} clocks held down ({', '.join(reasons)})",
+            evidence=(f"SM clock {clock:.0f}/{max_clock:.0f} MHz (-{lost * 100:.0f}%) while busy"
+                      f"{power}{temp}; reasons: {', '.join(reasons)}"),
+            fix=("Thermal: check the node's cooling and airflow, fan or chassis faults. Power cap: "
+                 "check `nvidia-smi -q -d POWER` for a lowered limit (nvidia-smi -pl), or accept it"
+                 if thermal else
+                 "The board is at its power limit: check `nvidia-smi -q -d POWER` for a lowered "
+                 "limit; otherwise this is the GPU's ceiling (mixed precision does more per watt)"),
+            next_step=f"nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE -i {index}",
+            cost_s=lost * WINDOW_S,
+            gpu=index,
+        ))
+    return out
+
+
+def rule_memory(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        last = gpus[-1]
+        if not last.mem_total or last.mem_used is None:
+            continue
+        share = _mean(g.mem_used / g.mem_total for g in gpus if g.mem_used is not None)
+        if share is not None and share > 0.9:
+            out.append(Finding(
+                id="memory-pressure",
+                severity="critical" if share > 0.97 else "warning",
+                title=f"GPU {index} memory nearly full",
+                evidence=f"{share * 100:.1f}% of {_gib(last.mem_total)} in use over {WINDOW_S:.0f} s",
+                fix=("Lower the batch size or use gradient accumulation, activation checkpointing, "
+                     "mixed precision; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                     "against fragmentation"),
+                next_step="torch.cuda.memory._record_memory_history(); then "
+                          "torch.cuda.memory._dump_snapshot('mem.pickle') and open it in pytorch.org/memory_viz",
+                gpu=index,
+            ))
+    cutoff = ctx.history[-1].time - MEMORY_WINDOW_S if ctx.history else 0.0
+    for index, gpus in _per_gpu(ctx.history):
+        pts = [(t, g.mem_used) for t, g in zip(_times(ctx.history, index), gpus)
+               if g.mem_used is not None and t >= cutoff]
+        if len(pts) < 8 or pts[-1][0] - pts[0][0] < 10:
+            continue
+        ts, ys = [p[0] for p in pts], [float(p[1]) for p in pts]
+        slope, r2 = _linear_fit(ts, ys)
+        total = gpus[-1].mem_total or 0
+        rise = ys[-1] - ys[0]
+        if slope <= 0 or r2 < 0.9 or not total or rise < 0.01 * total:
+            continue
+        to_oom = (total - ys[-1]) / slope
+        out.append(Finding(
+            id="memory-growth",
+            severity="critical" if to_oom < 600 else "warning",
+            title=f"GPU {index} memory rising steadily",
+            evidence=(f"+{_gib(rise)} in {ts[-1] - ts[0]:.0f} s ({slope / 1024**2:.0f} MiB/s, "
+                      f"R²={r2:.2f}); at this rate out of memory in {_duration(to_oom)}"),
+            fix=("A leak: tensors kept across steps (losses appended without .item() or "
+                 ".detach(), a growing cache, retain_graph=True). Keep scalars, not graphs"),
+            next_step="torch.cuda.memory._record_memory_history(); dump a snapshot after a few "
+                      "hundred steps and look for the allocation that grows",
+            cost_s=ts[-1] - ts[0] if to_oom < 600 else 0.0,
+            gpu=index,
+        ))
+    return out
+
+
+def rule_pcie(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        last = gpus[-1]
+        gen, width = last.pcie_gen_max or last.pcie_gen, last.pcie_width_max or last.pcie_width
+        if not gen or not width:
+            continue
+        link_mbs = PCIE_GBS_PER_LANE.get(gen, 1.0) * width * 1000
+        rx = _mean(g.pcie_rx_mbs for g in gpus) or 0.0
+        tx = _mean(g.pcie_tx_mbs for g in gpus) or 0.0
+        util = _mean(g.util_gpu for g in gpus)
+        traffic = max(rx, tx)
+        if util is None or util >= 70 or traffic < 0.6 * link_mbs:
+            continue
+        direction = "host to device" if rx >= tx else "device to host"
+        out.append(Finding(
+            id="pcie-bound",
+            severity="warning",
+            title=f"GPU {index} waits on PCIe copies",
+            evidence=(f"{traffic / 1000:.1f} GB/s {direction} = {traffic / link_mbs * 100:.0f}% of "
+                      f"the Gen{gen} x{width} link while the GPU is busy {util:.0f}%"),
+            fix=("Send less over the bus: keep data on the GPU across steps, send uint8 images and "
+                 "normalise on the GPU, use pin_memory=True with non_blocking=True to overlap copies"),
+            next_step="nsys profile -t cuda,osrt --cuda-memory-usage=true --duration 20 -o pcie",
+            cost_s=(100 - util) / 100 * WINDOW_S,
+            gpu=index,
+        ))
+    return out
+
+
+def rule_contention(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        counts = [len(g.processes) for g in gpus]
+        if min(counts) < 2:
+            continue
+        last = gpus[-1]
+        desc = ", ".join(
+            f"{p.pid} ({p.name if p.visible else 'not visible'}"
+            + (f", {_gib(p.gpu_mem)}" if p.gpu_mem else "") + ")"
+            for p in last.processes
+        )
+        out.append(Finding(
+            id="contention",
+            severity="warning",
+            title=f"GPU {index} shared by {counts[-1]} processes",
+            evidence=f"compute processes on GPU {index} for {WINDOW_S:.0f} s: {desc}",
+            fix=("Give each job its own GPU (CUDA_VISIBLE_DEVICES), or use MPS / MIG when sharing "
+                 "is intended; time-slicing makes every process slower"),
+            next_step=f"nvidia-smi --query-compute-apps=pid,used_memory --format=csv -i {index}",
+            gpu=index,
+        ))
+    return out
+
+
+def rule_imbalance(ctx: _Context) -> list[Finding]:
+    """GPUs of one job (ranks of one launcher, or one process on several GPUs) doing unequal work."""
+    last = ctx.window[-1] if ctx.window else None
+    if last is None:
+        return []
+    jobs: dict[object, set[int]] = {}
+    for gpu in last.gpus:
+        if gpu.lost:
+            continue
+        for proc in gpu.processes:
+            job = (proc.agent or {}).get("job_id") or _parent_job(proc, ctx.own_pid)
+            jobs.setdefault(job, set()).add(gpu.index)
+    out = []
+    for job, indices in jobs.items():
+        if job is None or len(indices) < 2:
+            continue
+        utils = {i: _mean(g.util_gpu for g in _gpu_series(ctx.window, i)) for i in indices}
+        utils = {i: u for i, u in utils.items() if u is not None}
+        if len(utils) < 2:
+            continue
+        hi, lo = max(utils.values()), min(utils.values())
+        if hi - lo < 25 or lo > 0.75 * hi:
+            continue
+        slow = min(utils, key=utils.get)
+        out.append(Finding(
+            id="imbalance",
+            severity="warning",
+            title=f"GPUs of one job do unequal work (GPU {slow} at {lo:.0f}%)",
+            evidence=(f"utilization over {WINDOW_S:.0f} s: "
+                      + ", ".join(f"GPU {i} {u:.0f}%" for i, u in sorted(utils.items()))),
+            fix=("Find the straggler: uneven data shards or sequence lengths, a rank doing extra "
+                 "logging or evaluation, a slower or throttled GPU. Balance the work per rank"),
+            next_step="gputop capture PID on the slow and a fast rank, then gputop analyze both traces",
+            gpu=slow,
+        ))
+    return out
+
+
+def rule_hardware(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        last = gpus[-1]
+        if last.lost:
+            out.append(Finding(
+                id="hardware-errors",
+                severity="critical",
+                title=f"GPU {index} fell off the bus",
+                evidence=f"GPU {index} ({last.name or '?'}, {last.bus_id or '?'}) answers GPU_IS_LOST",
+                fix=("The GPU needs a reset or the node a reboot; drain the node and check "
+                     "`dmesg | grep -i xid` for the Xid code (79: fallen off the bus)"),
+                next_step="dmesg -T | grep -i -E 'xid|nvrm'",
+                cost_s=WINDOW_S,
+                gpu=index,
+            ))
+            continue
+        counts = [g.ecc_volatile for g in gpus if g.ecc_volatile is not None]
+        if counts and counts[-1] > 0 and (counts[-1] > counts[0] or len(counts) >= 3):
+            out.append(Finding(
+                id="hardware-errors",
+                severity="critical" if counts[-1] > counts[0] else "warning",
+                title=f"GPU {index} reports ECC errors",
+                evidence=f"{counts[-1]} volatile ECC errors (+{counts[-1] - counts[0]} in {WINDOW_S:.0f} s)",
+                fix="Rising ECC errors precede failures: drain the node and have the GPU checked",
+                next_step=f"nvidia-smi -q -d ECC,ROW_REMAPPER -i {index}",
+                gpu=index,
+            ))
+    return out
+
+
+def rule_launch_bound(ctx: _Context) -> list[Finding]:
+    out = []
+    for index, gpus in _per_gpu(ctx.window):
+        util = _mean(g.util_gpu for g in gpus)
+        sm = _mean(g.sm_active for g in gpus)
+        if util is None or sm is None or util < 80 or sm >= 40:
+            continue
+        pid = gpus[-1].processes[0].pid if gpus[-1].processes else None
+        out.append(Finding(
+            id="launch-bound",
+            severity="warning",
+            title=f"GPU {index} busy but its SMs mostly idle",
+            evidence=(f"utilization {util:.0f}% (a kernel is running) but SM activity {sm:.0f}% "
+                      "(GPM): many tiny kernels, launch overhead dominates"),
+            fix=("Fuse the small kernels: torch.compile, CUDA graphs (torch.cuda.graphs or "
+                 "mode='reduce-overhead'), larger batches"),
+            next_step=_nsys(pid),
+            cost_s=(100 - sm) / 100 * WINDOW_S,
+            gpu=index,
+            pid=pid,
+        ))
+    return out
+
+
+RULES = (
+    rule_dataloader_stall,
+    rule_host_sync,
+    rule_gpu_idle,
+    rule_hung,
+    rule_throttling,
+    rule_memory,
+    rule_pcie,
+    rule_contention,
+    rule_imbalance,
+    rule_hardware,
+    rule_launch_bound,
+)
+
+
+def _per_gpu(window: list[Snapshot]) -> list[tuple[int, list[GpuSample]]]:
+    if not window:
+        return []
+    indices = [g.index for g in window[-1].gpus]
+    return [(i, s) for i in indices if (s := _gpu_series(window, i))]
+
+
+def _pids(gpus: list[GpuSample]) -> list[int]:
+    return [p.pid for p in gpus[-1].processes if p.visible]
+
+
+def _times(history: list[Snapshot], index: int) -> list[float]:
+    return [s.time for s in history for g in s.gpus if g.index == index]
+
+
+def _parent_job(proc: ProcSample, own_pid: int) -> object:
+    """Without an agent, ranks are grouped by their launcher (torchrun's pid)."""
+    parent = proc.ppid
+    # gputop's own demo stand-ins are its children, but each is a job of its own.
+    if parent in (None, 0, 1, own_pid):
+        return None
+    return ("ppid", parent)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def evaluate(history: list[Snapshot], own_pid: int | None = None) -> list[Finding]:
+    """Every finding whose condition holds at the newest snapshot (no hysteresis)."""
+    if not history:
+        return []
+    now = history[-1].time
+    window = [s for s in history if s.time >= now - WINDOW_S]
+    if len(window) < 3:
+        return []
+    ctx = _Context(window=window, history=history, own_pid=own_pid or os.getpid())
+    found: list[Finding] = []
+    for rule in RULES:
+        found.extend(rule(ctx))
+    return order_findings(found)
+
+
+# -- hysteresis ---------------------------------------------------------------------------------
+
+
+def finding_key(f: Finding) -> tuple:
+    return (f.id, f.gpu, f.pid)
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: str  # "raised" | "cleared"
+    time: float
+    finding: Finding
+
+    def to_json(self, host: str) -> dict:
+        data = {"time": self.time, "host": host, "state": self.state, **self.finding.to_json()}
+        data.setdefault("gpu", None)
+        data.setdefault("pid", None)
+        return data
+
+
+class LiveDiagnosis:
+    """Feed snapshots in time order; get raise/clear transitions and the active findings."""
+
+    def __init__(self, raise_after: float = 4.0, clear_after: float = 10.0,
+                 own_pid: int | None = None) -> None:
+        self.raise_after = raise_after
+        self.clear_after = clear_after
+        self.own_pid = own_pid
+        self.history: deque[Snapshot] = deque()
+        self._pending: dict[tuple, float] = {}  # key -> first time the condition held
+        self._absent: dict[tuple, float] = {}  # active key -> first time it did not hold
+        self.active: dict[tuple, Finding] = {}
+
+    def update(self, snap: Snapshot) -> list[Transition]:
+        self.history.append(snap)
+        while self.history and self.history[0].time < snap.time - KEEP_S:
+            self.history.popleft()
+        now = snap.time
+        current = {finding_key(f): f for f in evaluate(list(self.history), self.own_pid)}
+        transitions: list[Transition] = []
+        for key, finding in current.items():
+            self._absent.pop(key, None)
+            if key in self.active:
+                self.active[key] = finding  # fresh evidence
+                continue
+            since = self._pending.setdefault(key, now)
+            if now - since >= self.raise_after:
+                self.active[key] = finding
+                del self._pending[key]
+                transitions.append(Transition("raised", now, finding))
+        for key in list(self._pending):
+            if key not in current:
+                del self._pending[key]
+        for key in list(self.active):
+            if key in current:
+                continue
+            since = self._absent.setdefault(key, now)
+            if now - since >= self.clear_after:
+                transitions.append(Transition("cleared", now, self.active.pop(key)))
+                del self._absent[key]
+        return transitions
+
+    def findings(self) -> list[Finding]:
+        return order_findings(self.active.values())

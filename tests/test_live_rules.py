@@ -1,0 +1,222 @@
+"""diagnostics/live.py on scripted histories: each rule, no flapping, and clearing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from diagnostics.live import LiveDiagnosis, evaluate
+from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
+
+GIB = 1024**3
+OWN = 999_999  # the monitor's pid in these histories
+
+
+def gpu(index=0, util=97.0, **kw) -> GpuSample:
+    base = dict(
+        index=index, name="NVIDIA H100 80GB HBM3", util_gpu=util, mem_used=40 * GIB,
+        mem_total=80 * GIB, power_w=600.0, power_limit_w=700.0, pcie_rx_mbs=1500.0,
+        pcie_tx_mbs=100.0, pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16,
+        sm_clock_mhz=1950.0, sm_clock_max_mhz=1980.0, temperature_c=65.0, ecc_volatile=0,
+        processes=(proc(),),
+    )
+    base.update(kw)
+    return GpuSample(**base)
+
+
+def proc(pid=100, cpu=30.0, workers=(), ppid=1, agent=None) -> ProcSample:
+    return ProcSample(pid=pid, name="python", cpu_percent=cpu, gpu_mem=30 * GIB, ppid=ppid,
+                      workers=tuple(WorkerSample(pid + 1 + i, "python", c, 1, "running")
+                                    for i, c in enumerate(workers)), agent=agent)
+
+
+def snap(t: float, *gpus: GpuSample, host_cpu: float = 30.0) -> Snapshot:
+    return Snapshot(t, HostSample("node", cpu_percent=host_cpu), DriverInfo(True), gpus or (gpu(),))
+
+
+def history(make, seconds=30, step=1.0) -> list[Snapshot]:
+    return [make(i * step) for i in range(int(seconds / step))]
+
+
+def ids(findings) -> set[str]:
+    return {f.id for f in findings}
+
+
+def final(make, seconds=30) -> list:
+    return evaluate(history(make, seconds), own_pid=OWN)
+
+
+def test_healthy_history_has_no_findings():
+    assert final(lambda t: snap(t, gpu(util=96 + (t % 3)))) == []
+
+
+def test_dataloader_stall_from_saturated_workers():
+    found = final(lambda t: snap(t, gpu(util=20, processes=(proc(cpu=5, workers=(97, 99, 95)),))))
+    assert ids(found) == {"dataloader-stall"}
+    f = found[0]
+    assert f.gpu == 0 and f.pid == 100 and f.severity == "critical"
+    assert "3 DataLoader workers" in f.evidence and "num_workers" in f.fix
+
+
+def test_dataloader_stall_without_workers_and_from_the_agent():
+    no_workers = final(lambda t: snap(t, gpu(util=15, processes=(proc(cpu=99),))))
+    assert ids(no_workers) == {"dataloader-stall"} and "num_workers=0" in no_workers[0].evidence
+    agent = final(lambda t: snap(t, gpu(util=40, processes=(
+        proc(cpu=40, agent={"dataloader_wait_share": 0.6}),))))
+    assert ids(agent) == {"dataloader-stall"} and "60%" in agent[0].evidence
+
+
+def test_low_utilization_with_idle_workers_is_not_a_stall():
+    assert "dataloader-stall" not in ids(final(
+        lambda t: snap(t, gpu(util=20, processes=(proc(cpu=5, workers=(3, 2)),)))))
+
+
+def test_host_sync_sawtooth_with_cpu_bound_main():
+    def make(t):
+        phase = (t % 2.6) / 2.6
+        util = 40 + 58 * phase / 0.75 if phase < 0.75 else 3
+        return snap(t, gpu(util=util, processes=(proc(cpu=95),)))
+
+    found = final(make)
+    assert ids(found) == {"host-sync"}
+    assert ".item()" in found[0].fix
+
+
+def test_sawtooth_with_an_idle_cpu_is_not_host_sync():
+    def make(t):
+        phase = (t % 2.6) / 2.6
+        return snap(t, gpu(util=90 if phase < 0.7 else 3, processes=(proc(cpu=10),)))
+
+    assert "host-sync" not in ids(final(make))
+
+
+def test_gpu_idle_then_hung():
+    idle = lambda t: snap(t, gpu(util=0, processes=(proc(cpu=1),)))  # noqa: E731
+    assert ids(final(idle, 20)) == {"gpu-idle"}
+    assert ids(final(idle, 70)) == {"gpu-idle", "hung"}
+    # Steps advancing (agent) means slow, not hung.
+    moving = lambda t: snap(t, gpu(util=0, processes=(  # noqa: E731
+        proc(cpu=1, agent={"step_count": int(t)}),)))
+    assert "hung" not in ids(final(moving, 70))
+
+
+def test_free_gpu_is_not_idle():
+    assert final(lambda t: snap(t, gpu(util=0, mem_used=GIB // 2, processes=()))) == []
+
+
+def test_throttling_needs_busy_gpu_and_lost_clock():
+    capped = lambda t: snap(t, gpu(util=99, clock_events=("sw_power_cap",), sm_clock_mhz=1400.0))  # noqa: E731
+    found = final(capped)
+    assert ids(found) == {"throttling"} and found[0].severity == "warning"
+    assert "-29%" in found[0].evidence
+    thermal = final(lambda t: snap(t, gpu(util=99, clock_events=("hw_thermal",), sm_clock_mhz=1000.0)))
+    assert thermal[0].severity == "critical"
+    # Capped but idle, or capped at full clock: costs nothing.
+    assert final(lambda t: snap(t, gpu(util=5, clock_events=("sw_power_cap",), sm_clock_mhz=1400.0))) == []
+    assert final(lambda t: snap(t, gpu(util=99, clock_events=("sw_power_cap",)))) == []
+
+
+def test_memory_pressure_and_growth_with_time_to_oom():
+    full = final(lambda t: snap(t, gpu(mem_used=int(78 * GIB))))
+    assert ids(full) == {"memory-pressure"}
+    leak = final(lambda t: snap(t, gpu(mem_used=int(20 * GIB + t * 0.2 * GIB))), seconds=40)
+    assert ids(leak) == {"memory-growth"}
+    assert "out of memory in" in leak[0].evidence and leak[0].severity == "critical"
+    # Noise around a plateau is not growth.
+    flat = final(lambda t: snap(t, gpu(mem_used=int(40 * GIB + ((t * 7) % 5) * 0.1 * GIB))), 60)
+    assert "memory-growth" not in ids(flat)
+
+
+def test_pcie_bound():
+    found = final(lambda t: snap(t, gpu(util=40, pcie_rx_mbs=45000.0)))
+    assert ids(found) == {"pcie-bound"} and "Gen5 x16" in found[0].evidence
+    assert final(lambda t: snap(t, gpu(util=95, pcie_rx_mbs=45000.0))) == []
+
+
+def test_contention_and_imbalance():
+    shared = final(lambda t: snap(t, gpu(processes=(proc(100), proc(200)))))
+    assert ids(shared) == {"contention"}
+
+    def job(t):  # two ranks of one torchrun (ppid 50), one a straggler
+        return snap(t, gpu(0, util=95, processes=(proc(100, ppid=50),)),
+                    gpu(1, util=40, processes=(proc(200, ppid=50),)))
+
+    found = final(job)
+    assert "imbalance" in ids(found)
+    assert next(f for f in found if f.id == "imbalance").gpu == 1
+
+    def separate(t):  # the same numbers in two unrelated jobs: not imbalance
+        return snap(t, gpu(0, util=95, processes=(proc(100, ppid=OWN),)),
+                    gpu(1, util=40, processes=(proc(200, ppid=OWN),)))
+
+    assert "imbalance" not in ids(final(separate))
+
+
+def test_hardware_errors_lost_gpu_and_ecc():
+    lost = final(lambda t: snap(t, gpu(0), GpuSample(index=1, name="A100", lost=True)))
+    assert ids(lost) == {"hardware-errors"} and lost[0].gpu == 1
+    ecc = final(lambda t: snap(t, gpu(ecc_volatile=int(t))))
+    assert ids(ecc) == {"hardware-errors"}
+
+
+def test_launch_bound_from_gpm():
+    found = final(lambda t: snap(t, gpu(util=95, sm_active=18.0)))
+    assert ids(found) == {"launch-bound"} and "torch.compile" in found[0].fix
+    assert final(lambda t: snap(t, gpu(util=95, sm_active=80.0))) == []
+
+
+# -- hysteresis ------------------------------------------------------------------------------------
+
+
+def feed(diag: LiveDiagnosis, snaps) -> list:
+    out = []
+    for s in snaps:
+        out.extend(diag.update(s))
+    return out
+
+
+def starved(t):
+    return snap(t, gpu(util=15, processes=(proc(cpu=5, workers=(98, 97)),)))
+
+
+def fed(t):
+    return snap(t, gpu(util=97, processes=(proc(cpu=30, workers=(20, 20)),)))
+
+
+def test_raises_after_holding_and_clears_after_absence():
+    diag = LiveDiagnosis(raise_after=4, clear_after=10, own_pid=OWN)
+    trans = feed(diag, [starved(t) for t in range(20)])
+    assert [(t.state, t.finding.id) for t in trans] == [("raised", "dataloader-stall")]
+    # Window needs 3 samples, then the condition must hold 4 s.
+    assert 5 <= trans[0].time <= 8
+    assert [f.id for f in diag.findings()] == ["dataloader-stall"]
+    trans = feed(diag, [fed(t) for t in range(20, 45)])
+    assert [(t.state, t.finding.id) for t in trans] == [("cleared", "dataloader-stall")]
+    assert diag.findings() == []
+
+
+@pytest.mark.parametrize("period", [2, 6])
+def test_no_flapping_on_an_intermittent_condition(period):
+    """A condition that comes and goes faster than the hysteresis never raises and clears in a loop."""
+    diag = LiveDiagnosis(raise_after=4, clear_after=10, own_pid=OWN)
+    snaps = [(starved if (t // period) % 2 == 0 else fed)(t) for t in range(200)]
+    trans = feed(diag, snaps)
+    raised = [t for t in trans if t.state == "raised"]
+    cleared = [t for t in trans if t.state == "cleared"]
+    assert len(raised) <= 1 and len(cleared) <= 1
+
+
+def test_a_short_blip_does_not_raise():
+    diag = LiveDiagnosis(raise_after=4, clear_after=10, own_pid=OWN)
+    snaps = [fed(t) for t in range(15)] + [replace(starved(t)) for t in range(15, 17)]
+    snaps += [fed(t) for t in range(17, 40)]
+    assert feed(diag, snaps) == []
+
+
+def test_transition_json_has_the_public_keys():
+    diag = LiveDiagnosis(raise_after=0, own_pid=OWN)
+    trans = feed(diag, [starved(t) for t in range(6)])
+    data = trans[0].to_json("node")
+    assert set(data) >= {"time", "host", "gpu", "pid", "id", "severity", "evidence", "fix", "state"}
+    assert data["state"] == "raised" and data["host"] == "node"
