@@ -1,15 +1,101 @@
-"""`gputop analyze`: not built yet."""
+"""`gputop analyze TRACE [TRACE ...] [--json]`: diagnose torch.profiler Chrome traces.
+
+Where the step time went, the likely cause, the fix, and the next command to run. Several
+traces of one job (one per rank) are also compared for a straggler.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import sys
 
-from gputop.errors import UsageError
+import msgspec
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    sub.add_parser("analyze", parents=[common], help="(not built yet)")
+    p = sub.add_parser(
+        "analyze",
+        parents=[common],
+        help="diagnose torch.profiler traces: where the step time went, the cause, the fix",
+        description=(
+            "Diagnose torch.profiler Chrome traces (tensorboard_trace_handler output or "
+            "export_chrome_trace files, .json or .json.gz): a step-time breakdown, findings "
+            "ordered by the time they cost with the fix and the next command to run, and the "
+            "top operators and kernels. Several traces of one job (one per rank) are also "
+            "compared for a straggler."
+        ),
+        epilog=(
+            "--json prints one JSON object per trace, one per line (JSON Lines): "
+            '{"file", "metrics", "findings": [{"id", "severity", "title", "evidence", "fix", '
+            '"next_step", ...}], "verdict", "healthy_reason", "assessed", "not_assessed"}. '
+            "Exit status 2 if any trace could not be read (the others are still reported)."
+        ),
+    )
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace file (.json or .json.gz)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per trace, one per line (JSON Lines)",
+    )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _report_width() -> int:
+    if not sys.stdout.isatty():
+        return 100
+    return max(60, min(120, shutil.get_terminal_size((100, 24)).columns))
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UsageError("`gputop analyze` is not built yet")
+    # Imported here so `gputop --help` and the other commands never pay for the analysis code.
+    from diagnostics.trace import (
+        TraceError,
+        analyze_trace,
+        attach_findings,
+        compare_ranks,
+        straggler_of,
+    )
+
+    analyses = []
+    failed = False
+    for path in args.traces:
+        try:
+            analyses.append(analyze_trace(path))
+        except TraceError as exc:
+            failed = True
+            print(f"gputop: error: {_one_line(exc)}", file=sys.stderr)
+        except MemoryError:
+            failed = True
+            print(f"gputop: error: {path}: not enough memory to analyse it", file=sys.stderr)
+        except Exception as exc:  # a trace shape we did not foresee: say so, in one line
+            failed = True
+            print(
+                f"gputop: error: {path}: cannot analyse ({type(exc).__name__}: "
+                f"{_one_line(exc)}); please report this trace",
+                file=sys.stderr,
+            )
+
+    if len(analyses) >= 2:
+        for finding in compare_ranks(analyses):
+            target = straggler_of(analyses, finding)
+            if target is not None:
+                attach_findings(target, [finding])
+
+    if args.json:
+        encode = msgspec.json.Encoder().encode
+        for a in analyses:
+            sys.stdout.write(encode(a.to_json()).decode() + "\n")
+    else:
+        from diagnostics.trace_report import format_report
+
+        width = _report_width()
+        for i, a in enumerate(analyses):
+            if i:
+                sys.stdout.write("\n" + "=" * width + "\n\n")
+            sys.stdout.write(format_report(a, width=width))
+    sys.stdout.flush()
+    return 2 if failed else 0

@@ -1,0 +1,105 @@
+"""Findings: a named cause, its evidence in numbers, the fix, and where to look next.
+
+Shared by the trace rules (``diagnostics.trace_rules``) and the live rules (``diagnostics.live``):
+both emit ``Finding`` objects with the stable ids of ``CATALOGUE``. Pure Python, no imports of
+textual, pynvml or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+SEVERITIES = ("info", "warning", "critical")
+SEVERITY_RANK: dict[str, int] = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+# Stable ids (DESIGN.md) -> one-line meaning. The order is the order of DESIGN.md.
+CATALOGUE: dict[str, str] = {
+    "dataloader-stall": "the input pipeline starves the GPU",
+    "host-sync": "the CPU blocks on the GPU (.item(), .cpu(), explicit synchronize)",
+    "pageable-memcpy": "host-device copies from pageable memory, or blocking copies",
+    "launch-bound": "CPU/launch overhead: many tiny kernels with gaps between them",
+    "communication": "collectives take a large share of the step and are not overlapped",
+    "allocator-churn": "cudaMalloc/cudaFree in steady state",
+    "long-gpu-gaps": "the GPU sits idle for long stretches (checkpoint, eval, logging)",
+    "no-tensor-cores": "matrix work in fp32 on a GPU with tensor cores",
+    "memory-pressure": "GPU memory near capacity",
+    "memory-growth": "memory rising steadily over time (a leak)",
+    "throttling": "clocks held down by power or thermal limits",
+    "pcie-bound": "host-to-device traffic high while the GPU waits",
+    "gpu-idle": "GPU allocated but idle, CPU idle too (I/O, communication, a hang)",
+    "hung": "no GPU work and no step progress for a long time",
+    "contention": "several processes share one GPU",
+    "imbalance": "GPUs of one job do unequal work (a straggler)",
+    "hardware-errors": "XID / ECC / remapped-row events",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed cause. ``cost_s`` is the time it costs over the observed window (seconds);
+    findings are shown most costly first."""
+
+    id: str
+    severity: str
+    title: str
+    evidence: str
+    fix: str
+    next_step: str
+    cost_s: float = 0.0
+    gpu: int | None = None
+    pid: int | None = None
+
+    def __post_init__(self) -> None:
+        # Catch typos at the source: a misspelt id or severity would silently break the UI.
+        if self.id not in CATALOGUE:
+            raise ValueError(f"unknown finding id {self.id!r}")
+        if self.severity not in SEVERITY_RANK:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    def to_json(self) -> dict:
+        out: dict = {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "fix": self.fix,
+            "next_step": self.next_step,
+            "cost_s": round(self.cost_s, 6),
+        }
+        if self.gpu is not None:
+            out["gpu"] = self.gpu
+        if self.pid is not None:
+            out["pid"] = self.pid
+        return out
+
+
+def order_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most costly first; at equal cost the more severe first, then by id for a stable order."""
+    return sorted(findings, key=lambda f: (-f.cost_s, -SEVERITY_RANK[f.severity], f.id))
+
+
+def actionable(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings of severity warning or worse, in the given order."""
+    return [f for f in findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["warning"]]
+
+
+def verdict(findings: Iterable[Finding]) -> str:
+    """The id of the costliest finding of severity warning or worse, else ``healthy``.
+
+    Cost decides, not severity: a warning that costs more time than a critical finding is the
+    first thing to fix. Ties follow ``order_findings``.
+    """
+    top = actionable(order_findings(findings))
+    return top[0].id if top else "healthy"
+
+
+def healthy_reason(findings: Iterable[Finding], summary: str) -> str | None:
+    """Why the verdict is healthy (``None`` when it is not): ``summary`` says what was measured,
+    e.g. "GPU busy 97% of the steps", and minor (info) findings are named so nothing is hidden."""
+    findings = list(findings)
+    if actionable(findings):
+        return None
+    minor = [f.id for f in order_findings(findings)]
+    tail = f"; minor only: {', '.join(minor)}" if minor else "; nothing on the host to fix"
+    return f"{summary}{tail}"

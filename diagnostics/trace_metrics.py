@@ -1,0 +1,1018 @@
+"""Metrics of one loaded trace: where the step time went.
+
+Definitions follow the tools users compare against, so numbers can be checked side by side:
+
+- Steps are ``ProfilerStep#N`` spans made device-aware as the TensorBoard profiler plugin does:
+  a step ends when the last GPU work it launched ends and starts no earlier than the previous
+  step ended. Traces recorded without ``prof.step()`` fall back to iterations delimited by
+  ``Optimizer.step#...`` annotations, else the whole trace is one step.
+- The step-time breakdown gives each instant of a step to one role, in TensorBoard's priority
+  order (GPU kernel > memcpy > memset > communication > runtime > DataLoader > CPU op > other),
+  with host synchronisation and allocator calls split out of "runtime" because they are
+  different causes.
+- The temporal breakdown and the idle split follow Holistic Trace Analysis: over the span from
+  the first to the last GPU activity launched by the steps, idle = span - union of GPU activity;
+  each gap between activities on a stream is host-wait when the launch of the next activity
+  started after the previous one ended, kernel-wait when shorter than 30 ns, else other.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import NamedTuple
+
+from diagnostics.trace_intervals import RangeIndex, Ranges, gaps, intersect, merge, subtract, total
+from diagnostics.trace_load import Event, TraceData
+
+# HTA's default ``consecutive_kernel_delay``: gaps shorter than this are the GPU's own
+# back-to-back launch latency, not the host's fault.
+KERNEL_WAIT_US = 0.03
+# Nsight Systems' "GPU Gaps" expert rule (gpu_gaps) reports idle stretches of 500 ms or more.
+LONG_GAP_US = 500_000.0
+# A kernel this short finishes before a typical launch call returns (CUDA launch overhead is
+# ~5-10 us on current drivers); "under 10 us" is also TraceLens' and HTA's short-kernel bucket.
+SHORT_KERNEL_US = 10.0
+
+_COMM_KERNEL = re.compile(
+    r"^(nccl|rccl)|nccl(dev)?kernel|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
+    r"|cross_device_reduce",
+    re.IGNORECASE,
+)
+# Matrix work that tensor cores (or AMD matrix cores) can run: GEMMs and convolutions. "gemm"
+# must not be preceded by a letter other than a precision prefix, so fbgemm_* does not count.
+_MATRIX_KERNEL = re.compile(
+    r"(?<![a-z])(?:[shdczbi]|\d+)?gemm(?!v)|scudnn|hcudnn|884cudnn|1688cudnn|dgrad|wgrad|fprop"
+    r"|convolve|implicit_gemm|winograd|cutlass|xmma|nvjet|wgmma|hgmma|cublaslt|matmul|Cijk_",
+    re.IGNORECASE,
+)
+# Tensor-core kernels by name: Volta/Turing HMMA tile shapes (884, 1688, 16816), Ampere/Hopper
+# xmma / cutlass tensorop / nvjet / wgmma / hgmma / gmma, TF32/BF16/FP16 tensor-op variants, and
+# AMD Tensile/hipBLASLt MFMA kernels (``Cijk_*_MI<m>x<n>x<k>``).
+_TENSOR_CORE_KERNEL = re.compile(
+    r"884|1688|16816|hmma|imma|tensorop|xmma|nvjet|wgmma|hgmma|gmma|tf32|bf16|fp16|_h\d+gemm"
+    r"|Cijk_.*_MI\d+x\d+",
+    re.IGNORECASE,
+)
+
+SYNC_APIS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+    }
+)
+_DEVICE_SYNC_APIS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize"})
+ALLOC_APIS = frozenset(
+    {"cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "hipMalloc", "hipFree"}
+)
+_LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchCooperativeKernel",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "hipLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "cudaGraphLaunch",
+        "hipGraphLaunch",
+    }
+)
+_ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+DATALOADER_PREFIX = "enumerate(DataLoader)#"
+_COLLECTIVE_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
+
+ROLE_ORDER = (
+    "compute",
+    "memcpy",
+    "memset",
+    "communication",
+    "sync",
+    "allocator",
+    "runtime",
+    "dataloader",
+    "cpu",
+    "other",
+)
+
+
+@lru_cache(maxsize=4096)
+def kernel_class(name: str) -> tuple[bool, bool, bool]:
+    """(communication, matrix work, tensor cores) for a kernel name. Names repeat thousands of
+    times in a trace and the patterns scan long C++ template names, so cache by name."""
+    return (
+        bool(_COMM_KERNEL.search(name)),
+        bool(_MATRIX_KERNEL.search(name)),
+        bool(_TENSOR_CORE_KERNEL.search(name)),
+    )
+
+
+def is_blocking_copy_api(name: str) -> bool:
+    """Synchronous copy APIs (cudaMemcpy, hipMemcpyWithStream, cuMemcpyDtoH_v2, ...): the host
+    waits for the copy, unlike their ``Async`` variants."""
+    return name.startswith(("cudaMemcpy", "hipMemcpy", "cuMemcpy")) and "Async" not in name
+
+
+class Activity(NamedTuple):
+    """One GPU activity (kernel, memcpy or memset)."""
+
+    ts: float
+    end: float
+    kind: str  # "compute" | "comm" | "memcpy" | "memset"
+    device: int
+    stream: int
+    name: str
+    correlation: int | None
+    nbytes: int
+
+
+class Step(NamedTuple):
+    name: str
+    host_start: float
+    host_end: float
+    start: float  # device-aware span
+    end: float
+
+
+@dataclass
+class TraceMetrics:
+    """Everything the rules and the report need. ``to_json`` is the stable, serialisable part;
+    ``ranges`` and ``details`` are internal (interval sets and names the rules quote)."""
+
+    path: str
+    gpu_present: bool
+    vendor: str | None
+    devices: list
+    rank: int | None
+    world_size: int | None
+    steps: list[Step]
+    step_source: str
+    window: tuple[float, float]
+    roles_ms: dict[str, float] = field(default_factory=dict)
+    per_step_roles_ms: list[dict[str, float]] = field(default_factory=list)
+    assessed: list[str] = field(default_factory=list)
+    not_assessed: list[str] = field(default_factory=list)
+    values: dict = field(default_factory=dict)
+    ranges: dict[str, Ranges] = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+
+    @property
+    def step_total_ms(self) -> float:
+        return self.roles_ms.get("total", 0.0)
+
+    def to_json(self) -> dict:
+        out = dict(self.values)
+        out["assessed"] = list(self.assessed)
+        out["not_assessed"] = list(self.not_assessed)
+        return out
+
+
+def _as_int(value, default: int = 0) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text, 16) if text.lower().startswith("0x") else int(text.split()[-1])
+        except (ValueError, IndexError):
+            return default
+    return default
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 2) if whole > 0 else 0.0
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    k = (len(sorted_values) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def _span(ev: Event) -> tuple[float, float]:
+    return (ev.ts, ev.ts + ev.dur)
+
+
+def _gpu_activities(data: TraceData) -> list[Activity]:
+    out: list[Activity] = []
+    append = out.append
+    for kind, events in (
+        ("kernel", data.kernels),
+        ("memcpy", data.memcpys),
+        ("memset", data.memsets),
+    ):
+        for ev in events:
+            args = ev.args
+            if args is not None:
+                device = _as_int(args.device if args.device is not None else ev.pid)
+                stream = _as_int(args.stream if args.stream is not None else ev.tid)
+                corr = args.correlation if isinstance(args.correlation, int) else None
+                nbytes = _as_int(args.bytes) if args.bytes is not None else 0
+            else:
+                device, stream, corr, nbytes = _as_int(ev.pid), _as_int(ev.tid), None, 0
+            if kind == "kernel":
+                k = "comm" if kernel_class(ev.name)[0] else "compute"
+            else:
+                k = kind
+            append(Activity(ev.ts, ev.ts + ev.dur, k, device, stream, ev.name, corr, nbytes))
+    out.sort()
+    return out
+
+
+def _host_steps(data: TraceData) -> tuple[list[tuple[float, float, str]], str]:
+    steps = sorted({(ev.ts, ev.ts + ev.dur, ev.name) for ev in data.steps})
+    if steps:
+        return steps, "ProfilerStep"
+    host = [ev for group in (data.cpu_ops, data.runtime, data.python) for ev in group]
+    if not host:
+        return [], "none"
+    first = min(ev.ts for ev in host)
+    last = max(ev.ts + ev.dur for ev in host)
+    # Traces recorded without prof.step(): an iteration ends where its optimizer step ends.
+    opt_ends = sorted(
+        ev.ts + ev.dur for ev in data.cpu_ops if ev.name.startswith("Optimizer.step#")
+    )
+    if len(opt_ends) >= 2:
+        out, prev = [], first
+        for i, end in enumerate(opt_ends):
+            out.append((prev, end, f"iteration {i + 1}"))
+            prev = end
+        return out, "Optimizer.step"
+    return [(first, last, "whole trace")], "whole trace"
+
+
+def _device_aware_steps(
+    host: list[tuple[float, float, str]],
+    runtime_sorted: list[Event],
+    by_corr: dict[int, list[Activity]],
+) -> list[Step]:
+    """TensorBoard's step model: extend each host step to the end of the GPU work it launched."""
+    n = len(host)
+    dev_hi = [float("-inf")] * n
+    launched = [0] * n
+    i = 0
+    for rt in runtime_sorted:
+        start, end = rt.ts, rt.ts + rt.dur
+        while i < n and start >= host[i][1]:
+            i += 1
+        if i == n:
+            break
+        if start < host[i][0] or end > host[i][1]:
+            continue
+        corr = rt.args.correlation if rt.args else None
+        for act in by_corr.get(corr, ()) if isinstance(corr, int) else ():
+            if act.end > dev_hi[i]:
+                dev_hi[i] = act.end
+            launched[i] += 1
+    steps: list[Step] = []
+    prev_end = host[0][0]
+    for k, (h_start, h_end, name) in enumerate(host):
+        start = max(prev_end, h_start)
+        end = max(h_end, dev_hi[k], start)
+        steps.append(Step(name, h_start, h_end, start, end))
+        prev_end = end
+    if any(launched) and n > 1:
+        # As TensorBoard: drop tail steps whose GPU work the profiler may not have captured
+        # (none launched, or under 80% of the previous step's launches).
+        last = max(k for k in range(n) if launched[k])
+        keep = last + 1
+        if last > 0 and launched[last - 1] * 0.8 > launched[last]:
+            keep = last
+        steps = steps[:keep]
+    return steps
+
+
+def _profiler_sync(
+    cpu_ops: list[Event], host_end: float | None, runtime_sorted: list[Event]
+) -> Event | None:
+    """The device synchronize the profiler itself issues when it stops: after the last step
+    (or, without steps, the last runtime call) and inside no operator of the program."""
+    if not runtime_sorted:
+        return None
+    for ev in reversed(runtime_sorted):
+        if ev.name not in _DEVICE_SYNC_APIS:
+            continue
+        after_steps = host_end is not None and ev.ts >= host_end
+        if not (after_steps or ev is runtime_sorted[-1]):
+            continue
+        end = ev.ts + ev.dur
+        enclosed = any(
+            op.tid == ev.tid and op.ts <= ev.ts and op.ts + op.dur >= end for op in cpu_ops
+        )
+        if not enclosed:
+            return ev
+        return None
+    return None
+
+
+def compute_metrics(data: TraceData) -> TraceMetrics:
+    acts = _gpu_activities(data)
+    gpu_present = bool(acts)
+    by_corr: dict[int, list[Activity]] = defaultdict(list)
+    for a in acts:
+        if a.correlation is not None:
+            by_corr[a.correlation].append(a)
+    runtime_sorted = sorted(data.runtime, key=lambda e: e.ts)
+    rt_by_corr: dict[int, Event] = {}
+    for rt in runtime_sorted:
+        corr = rt.args.correlation if rt.args else None
+        if isinstance(corr, int):
+            rt_by_corr[corr] = rt
+
+    host, step_source = _host_steps(data)
+    steps = _device_aware_steps(host, runtime_sorted, by_corr) if host else []
+    if not steps:
+        steps = [Step("empty", 0.0, 0.0, 0.0, 0.0)]
+    w0, w1 = steps[0].start, steps[-1].end
+    host_w1 = steps[-1].host_end
+
+    vendor = None
+    if data.devices:
+        vendor = "amd" if data.devices[0].is_amd else "nvidia"
+    if any(rt.name.startswith("hip") for rt in runtime_sorted[:100]):
+        vendor = "amd"
+
+    m = TraceMetrics(
+        path=data.path,
+        gpu_present=gpu_present,
+        vendor=vendor if (gpu_present or data.devices) else None,
+        devices=data.devices,
+        rank=data.rank,
+        world_size=data.world_size,
+        steps=steps,
+        step_source=step_source,
+        window=(w0, w1),
+    )
+    v = m.values
+    v["trace"] = {
+        "events": data.n_events,
+        "schema": "2021" if any(ev.cat == "Operator" for ev in data.cpu_ops[:20]) else "current",
+        "device": data.devices[0].name if data.devices else None,
+        "device_count_in_header": len(data.devices),
+        "vendor": m.vendor,
+        "rank": data.rank,
+        "world_size": data.world_size,
+        "gpu_activity": gpu_present,
+    }
+    profiled = data.profiler_span
+    v["window"] = {
+        "start_us": _r(w0),
+        "dur_ms": _r((w1 - w0) / 1e3),
+        "steps_from": step_source,
+        "profiled_ms": _r((profiled[1] - profiled[0]) / 1e3) if profiled else None,
+    }
+    step_ms = [(s.end - s.start) / 1e3 for s in steps]
+    v["steps"] = {
+        "count": len(steps) if step_source in ("ProfilerStep", "Optimizer.step") else 0,
+        "names": [s.name for s in steps],
+        "time_ms": [_r(x) for x in step_ms],
+        "mean_ms": _r(statistics.fmean(step_ms)),
+        "median_ms": _r(statistics.median(step_ms)),
+        "max_ms": _r(max(step_ms)),
+    }
+
+    # --- host-side interval sets ------------------------------------------------------------
+    last_real_host_end = host_w1 if step_source != "whole trace" else None
+    prof_sync = _profiler_sync(data.cpu_ops, last_real_host_end, runtime_sorted)
+    sync_calls: list[Event] = []
+    d2h_copies: list[Event] = []  # the host waits for a result: .item(), .cpu(), .tolist()
+    blocking_copies: list[Event] = []  # other copies the host waits for (staged/blocking H2D)
+    alloc_calls: list[Event] = []
+    launch_calls = 0
+    runtime_spans: list[tuple[float, float]] = []
+    for rt in runtime_sorted:
+        if rt is prof_sync or rt.ts < w0 or rt.ts >= host_w1:
+            continue
+        name = rt.name
+        if name in SYNC_APIS:
+            sync_calls.append(rt)
+        elif is_blocking_copy_api(name):
+            if _copy_direction(rt, by_corr) == "DtoH":
+                d2h_copies.append(rt)
+            else:
+                blocking_copies.append(rt)
+        elif name in ALLOC_APIS:
+            alloc_calls.append(rt)
+        else:
+            if name in _LAUNCH_APIS:
+                launch_calls += 1
+            runtime_spans.append((rt.ts, rt.ts + rt.dur))
+        if name.startswith(("cudaMemcpyAsync", "hipMemcpyAsync")):
+            # An async D2H copy into pageable memory returns only when the copy is done.
+            corr = rt.args.correlation if rt.args else None
+            for a in by_corr.get(corr, ()) if isinstance(corr, int) else ():
+                if a.kind == "memcpy" and "Pageable" in a.name and "DtoH" in a.name:
+                    d2h_copies.append(rt)
+                    break
+
+    dataloader_ops: list[Event] = []
+    item_ops: list[Event] = []
+    collective_ops: list[Event] = []
+    cpu_spans: list[tuple[float, float]] = []
+    for ev in data.cpu_ops:
+        name = ev.name
+        if name.startswith(DATALOADER_PREFIX):
+            if name.endswith("__next__"):
+                dataloader_ops.append(ev)
+            continue
+        if name in _ITEM_OPS:
+            item_ops.append(ev)
+        elif name.startswith(_COLLECTIVE_PREFIXES):
+            collective_ops.append(ev)
+        cpu_spans.append((ev.ts, ev.ts + ev.dur))
+    cpu_spans.extend(_span(ev) for ev in data.python)
+
+    # --- GPU interval sets -------------------------------------------------------------------
+    compute_r = merge((a.ts, a.end) for a in acts if a.kind == "compute")
+    comm_r = merge((a.ts, a.end) for a in acts if a.kind == "comm")
+    memcpy_r = merge((a.ts, a.end) for a in acts if a.kind == "memcpy")
+    memset_r = merge((a.ts, a.end) for a in acts if a.kind == "memset")
+    gpu_busy_r = merge(compute_r + comm_r + memcpy_r + memset_r)
+    gpu_index = RangeIndex(gpu_busy_r)
+
+    # Item/_local_scalar_dense count as sync only when the GPU sits idle after they return: the
+    # host really waited for the device, and now the device waits for the host.
+    item_sync = [
+        ev
+        for ev in item_ops
+        if gpu_present and w0 <= ev.ts < host_w1 and gpu_index.covering(ev.ts + ev.dur) is None
+    ]
+    sync_r = merge(
+        [_span(ev) for ev in sync_calls]
+        + [_span(ev) for ev in d2h_copies]
+        + [_span(ev) for ev in item_sync]
+    )
+    alloc_r = merge(_span(ev) for ev in alloc_calls)
+    dataloader_r = merge(_span(ev) for ev in dataloader_ops)
+
+    # --- step-time breakdown (TensorBoard role priority) -------------------------------------
+    step_slots = merge((s.start, s.end) for s in steps)
+    role_sets = {
+        "compute": compute_r,
+        "memcpy": memcpy_r,
+        "memset": memset_r,
+        # Without GPU activity, host-side collectives (gloo) are the communication.
+        "communication": comm_r if gpu_present else merge(_span(ev) for ev in collective_ops),
+        "sync": sync_r,
+        "allocator": alloc_r,
+        "runtime": merge(runtime_spans),
+        "dataloader": dataloader_r,
+        "cpu": merge(cpu_spans),
+    }
+    remaining = step_slots
+    role_ranges: dict[str, Ranges] = {}
+    for role in ROLE_ORDER[:-1]:
+        got = intersect(remaining, role_sets[role])
+        role_ranges[role] = got
+        remaining = subtract(remaining, got)
+    role_ranges["other"] = remaining
+    role_index = {role: RangeIndex(r) for role, r in role_ranges.items()}
+    per_step = []
+    for s in steps:
+        row = {role: role_index[role].covered(s.start, s.end) / 1e3 for role in ROLE_ORDER}
+        row["total"] = (s.end - s.start) / 1e3
+        per_step.append(row)
+    totals = {role: sum(r[role] for r in per_step) for role in (*ROLE_ORDER, "total")}
+    m.roles_ms, m.per_step_roles_ms = totals, per_step
+    step_total = totals["total"]
+    v["step_breakdown"] = {
+        "ms": {k: _r(x) for k, x in totals.items()},
+        "pct": {k: _pct(totals[k], step_total) for k in ROLE_ORDER},
+        "per_step_ms": [{k: _r(x) for k, x in row.items()} for row in per_step],
+    }
+    for role, ranges in role_ranges.items():
+        m.ranges[f"role_{role}"] = ranges
+
+    # --- GPU busy share and HTA temporal breakdown --------------------------------------------
+    by_device: dict[int, list[Activity]] = defaultdict(list)
+    for a in acts:
+        by_device[a.device].append(a)
+    v["gpu"] = {
+        "busy_pct_of_steps": _pct(total(intersect(gpu_busy_r, step_slots)), w1 - w0)
+        if gpu_present
+        else None,
+        "per_device": {},
+    }
+    if step_source != "whole trace":
+        launched = [
+            a
+            for a in acts
+            if a.correlation in rt_by_corr and w0 <= rt_by_corr[a.correlation].ts <= host_w1
+        ]
+    else:
+        launched = acts
+    launched = launched or acts
+    _temporal_breakdown(m, launched, rt_by_corr, by_device, step_slots)
+
+    # --- DataLoader ----------------------------------------------------------------------------
+    dl_in = [ev for ev in dataloader_ops if ev.ts < w1 and ev.ts + ev.dur > w0]
+    v["dataloader"] = {
+        "calls": len(dl_in),
+        "time_ms": _r(total(intersect(dataloader_r, step_slots)) / 1e3),
+        "exposed_ms": _r(totals["dataloader"]),
+        "share_pct": _pct(totals["dataloader"], step_total),
+        "max_call_ms": _r(max((ev.dur for ev in dl_in), default=0.0) / 1e3),
+        "single_process": any("_SingleProcessDataLoaderIter" in ev.name for ev in dl_in),
+        "iterator": dl_in[0].name[len(DATALOADER_PREFIX) :].split(".")[0] if dl_in else None,
+    }
+
+    # --- host sync -----------------------------------------------------------------------------
+    # The GPU idle that follows a sync: the device drained its queue and waits until the host,
+    # released, launches again; counted up to the next GPU activity, minus DataLoader time.
+    bubbles: Ranges = []
+    if gpu_present:
+        for s0, s1 in sync_r:
+            if gpu_index.covering(s1) is not None:
+                continue
+            last_end = gpu_index.last_end_before(s1)
+            idle_from = max(last_end if last_end is not None else s0, s0)
+            nxt = gpu_index.next_start(s1)
+            idle_to = min(nxt if nxt is not None else w1, w1)
+            if idle_to > idle_from:
+                bubbles.append((idle_from, idle_to))
+    bubbles = subtract(merge(bubbles), dataloader_r)
+    sync_in_steps = intersect(sync_r, step_slots)
+    sync_counts = Counter(ev.name for ev in sync_calls)
+    sync_counts.update(f"device-to-host {ev.name}" for ev in d2h_copies)
+    items_in = [ev for ev in item_ops if ev.name == "aten::item" and w0 <= ev.ts < host_w1]
+    v["sync"] = {
+        "host_blocked_ms": _r(total(sync_in_steps) / 1e3),
+        "host_blocked_pct": _pct(total(sync_in_steps) / 1e3, step_total),
+        "gpu_idle_while_blocked_ms": _r(totals["sync"]),
+        "gpu_idle_after_ms": _r(total(bubbles) / 1e3),
+        "calls": dict(sync_counts.most_common()),
+        "item_calls": len(items_in),
+        "item_ms": _r(sum(ev.dur for ev in items_in) / 1e3),
+        "item_calls_followed_by_gpu_gap": sum(1 for ev in item_sync if ev.name == "aten::item"),
+        "profiler_sync_excluded_ms": _r(prof_sync.dur / 1e3) if prof_sync else 0.0,
+    }
+    m.ranges["sync_gpu_cost"] = merge(role_ranges["sync"] + bubbles)
+
+    _copies(m, acts, blocking_copies, w0, w1, step_total)
+    _communication(m, comm_r, compute_r, step_slots, totals, collective_ops, data)
+    _kernels(m, acts, rt_by_corr, launch_calls, steps, w0, w1)
+    _allocator(m, alloc_calls, steps, w0, w1)
+    _long_gaps(m, acts, by_device, data, runtime_sorted, alloc_r, dataloader_r, sync_r)
+    _tensor_cores(m, acts, data, w0, w1)
+    v["top_ops"] = _top_ops_by_self_time(data.cpu_ops, w0, w1)
+    v["top_kernels"] = _top_kernels(acts, w0, w1)
+    v["memory"] = _memory(data)
+    _assessment(m, data)
+    return m
+
+
+def _temporal_breakdown(
+    m: TraceMetrics,
+    launched: list[Activity],
+    rt_by_corr: dict[int, Event],
+    by_device_all: dict[int, list[Activity]],
+    step_slots: Ranges,
+) -> None:
+    temporal = {
+        "span_ms": 0.0,
+        "compute_pct": 0.0,
+        "communication_pct": 0.0,
+        "memcpy_pct": 0.0,
+        "idle_pct": 0.0,
+    }
+    idle_split = {"host_wait_ms": 0.0, "kernel_wait_ms": 0.0, "other_ms": 0.0}
+    by_device: dict[int, list[Activity]] = defaultdict(list)
+    for a in launched:
+        by_device[a.device].append(a)
+    span_sum = compute_sum = comm_sum = busy_sum = 0.0
+    for dev, dacts in sorted(by_device.items()):
+        d_span = max(a.end for a in dacts) - dacts[0].ts
+        comp_r = merge((a.ts, a.end) for a in dacts if a.kind == "compute")
+        cc_r = merge(comp_r + [(a.ts, a.end) for a in dacts if a.kind == "comm"])
+        busy = total(merge(cc_r + [(a.ts, a.end) for a in dacts if a.kind in ("memcpy", "memset")]))
+        span_sum += d_span
+        busy_sum += busy
+        compute_sum += total(comp_r)
+        comm_sum += total(cc_r) - total(comp_r)
+        streams: dict[int, list[Activity]] = defaultdict(list)
+        for a in dacts:
+            streams[a.stream].append(a)
+        stream_busy = {}
+        for st, sacts in sorted(streams.items()):
+            stream_busy[str(st)] = _pct(total(merge((a.ts, a.end) for a in sacts)), d_span)
+            prev_end = None
+            for a in sacts:  # sorted by start
+                if prev_end is not None and a.ts > prev_end:
+                    gap = a.ts - prev_end
+                    rt = rt_by_corr.get(a.correlation) if a.correlation is not None else None
+                    if rt is not None and rt.ts > prev_end:
+                        idle_split["host_wait_ms"] += gap / 1e3
+                    elif gap < KERNEL_WAIT_US:
+                        idle_split["kernel_wait_ms"] += gap / 1e3
+                    else:
+                        idle_split["other_ms"] += gap / 1e3
+                prev_end = a.end if prev_end is None or a.end > prev_end else prev_end
+        all_busy = merge((a.ts, a.end) for a in by_device_all.get(dev, dacts))
+        m.values["gpu"]["per_device"][str(dev)] = {
+            "busy_pct_of_steps": _pct(total(intersect(all_busy, step_slots)), total(step_slots)),
+            "busy_pct_of_span": _pct(busy, d_span),
+            "streams_busy_pct_of_span": stream_busy,
+        }
+    if span_sum > 0:
+        temporal = {
+            "span_ms": _r(span_sum / 1e3),
+            "compute_pct": _pct(compute_sum, span_sum),
+            "communication_pct": _pct(comm_sum, span_sum),
+            "memcpy_pct": _pct(busy_sum - compute_sum - comm_sum, span_sum),
+            "idle_pct": _pct(span_sum - busy_sum, span_sum),
+        }
+    m.values["temporal"] = temporal
+    idle_total = sum(idle_split.values())
+    m.values["idle_split"] = {
+        **{k: _r(x) for k, x in idle_split.items()},
+        "host_wait_pct": _pct(idle_split["host_wait_ms"], idle_total),
+        "kernel_wait_pct": _pct(idle_split["kernel_wait_ms"], idle_total),
+        "other_pct": _pct(idle_split["other_ms"], idle_total),
+    }
+
+
+def _copy_direction(rt: Event, by_corr: dict[int, list[Activity]]) -> str | None:
+    corr = rt.args.correlation if rt.args else None
+    for a in by_corr.get(corr, ()) if isinstance(corr, int) else ():
+        if a.kind == "memcpy":
+            for direction in ("DtoH", "HtoD", "DtoD", "HtoH", "PtoP"):
+                if direction in a.name:
+                    return direction
+    return None
+
+
+def _copies(
+    m: TraceMetrics,
+    acts: list[Activity],
+    blocking_copies: list[Event],
+    w0: float,
+    w1: float,
+    step_total_ms: float,
+) -> None:
+    """Copies the GPU cannot overlap: from/to pageable host memory (staged through a driver
+    buffer) and blocking copy calls. Device-to-host reads are the host-sync finding's."""
+    copies = [a for a in acts if a.kind == "memcpy" and w0 <= a.ts < w1]
+    pageable = [a for a in copies if "Pageable" in a.name and "DtoH" not in a.name]
+    by_kind: dict[str, dict] = {}
+    for a in copies:
+        parts = a.name.split()
+        kind = parts[1] if a.name.startswith("Memcpy ") and len(parts) > 1 else a.name
+        row = by_kind.setdefault(kind, {"count": 0, "bytes": 0, "ms": 0.0})
+        row["count"] += 1
+        row["bytes"] += a.nbytes
+        row["ms"] += (a.end - a.ts) / 1e3
+    for row in by_kind.values():
+        row["ms"] = _r(row["ms"])
+    blocking_ms = total(merge(_span(ev) for ev in blocking_copies)) / 1e3
+    pageable_ms = sum(a.end - a.ts for a in pageable) / 1e3
+    m.values["memcpy"] = {
+        "count": len(copies),
+        "by_kind": by_kind,
+        "pageable_count": len(pageable),
+        "pageable_bytes": sum(a.nbytes for a in pageable),
+        "pageable_ms": _r(pageable_ms),
+        "blocking_calls": len(blocking_copies),
+        "blocking_ms": _r(blocking_ms),
+        "share_pct": _pct(pageable_ms + blocking_ms, step_total_ms),
+    }
+    m.ranges["copy_cost"] = merge(
+        [(a.ts, a.end) for a in pageable] + [_span(ev) for ev in blocking_copies]
+    )
+
+
+def _communication(
+    m: TraceMetrics,
+    comm_r: Ranges,
+    compute_r: Ranges,
+    step_slots: Ranges,
+    totals: dict[str, float],
+    collective_ops: list[Event],
+    data: TraceData,
+) -> None:
+    comm_in = intersect(comm_r, step_slots)
+    comm_ms = total(comm_in) / 1e3
+    overlap_ms = total(intersect(comm_in, compute_r)) / 1e3
+    step_total = totals["total"]
+    # CPU-side collectives (gloo, or NCCL calls seen from the host) count when no GPU kernel
+    # shows the collective: time the host spends inside them, per step.
+    host_coll = intersect(merge(_span(ev) for ev in collective_ops), step_slots)
+    m.values["communication"] = {
+        "kernel_ms": _r(comm_ms),
+        "share_pct": _pct(comm_ms, step_total),
+        "exposed_ms": _r(totals["communication"]),
+        "exposed_pct": _pct(totals["communication"], step_total),
+        "overlap_pct": _pct(overlap_ms, comm_ms),
+        "collective_calls": len(collective_ops),
+        "host_collective_ms": _r(total(host_coll) / 1e3),
+        "backend": data.backend,
+    }
+    m.ranges["host_collectives"] = host_coll
+
+
+def _kernels(
+    m: TraceMetrics,
+    acts: list[Activity],
+    rt_by_corr: dict[int, Event],
+    launch_calls: int,
+    steps: list[Step],
+    w0: float,
+    w1: float,
+) -> None:
+    kernels_in = [a for a in acts if a.kind in ("compute", "comm") and w0 <= a.ts < w1]
+    durs = sorted(a.end - a.ts for a in kernels_in)
+    shorter = 0
+    launch_durs = []
+    for a in kernels_in:
+        rt = rt_by_corr.get(a.correlation) if a.correlation is not None else None
+        if rt is not None:
+            launch_durs.append(rt.dur)
+            if a.end - a.ts < rt.dur:
+                shorter += 1
+    launch_durs.sort()
+    window_s = (w1 - w0) / 1e6
+    m.values["kernels"] = {
+        "count": len(kernels_in),
+        "launches": launch_calls,
+        "launch_rate_per_s": round(launch_calls / window_s, 1) if window_s > 0 else 0.0,
+        "launches_per_step": round(launch_calls / len(steps), 1) if steps else 0.0,
+        "duration_us": {
+            "p50": _r(_percentile(durs, 0.5)),
+            "p90": _r(_percentile(durs, 0.9)),
+            "p99": _r(_percentile(durs, 0.99)),
+            "mean": _r(statistics.fmean(durs)) if durs else 0.0,
+        },
+        "launch_call_us_p50": _r(_percentile(launch_durs, 0.5)),
+        # HTA's "short kernel": it runs for less time than the CPU took to launch it.
+        "shorter_than_launch_pct": _pct(shorter, len(launch_durs)),
+        "under_10us_pct": _pct(sum(1 for d in durs if d < SHORT_KERNEL_US), len(durs)),
+    }
+
+
+def _allocator(
+    m: TraceMetrics, alloc_calls: list[Event], steps: list[Step], w0: float, w1: float
+) -> None:
+    # Steady state starts after the first step, which warms up PyTorch's caching allocator.
+    steady_from = steps[1].start if len(steps) > 1 else w0
+    steady = [ev for ev in alloc_calls if ev.ts >= steady_from]
+    steady_r = merge(_span(ev) for ev in steady)
+    alloc_ms = total(steady_r) / 1e3
+    steady_ms = (w1 - steady_from) / 1e3
+    m.values["allocator"] = {
+        "malloc_calls": sum(1 for ev in steady if "Free" not in ev.name),
+        "free_calls": sum(1 for ev in steady if "Free" in ev.name),
+        "time_ms": _r(alloc_ms),
+        "share_pct": _pct(alloc_ms, steady_ms),
+        "steady_state_from": steps[1].name if len(steps) > 1 else "start of trace",
+        "warmup_calls": len(alloc_calls) - len(steady),
+        "warmup_ms": _r(total(merge(_span(ev) for ev in alloc_calls if ev.ts < steady_from)) / 1e3),
+    }
+    m.ranges["allocator_steady"] = steady_r
+    m.details["allocator_steady_ms"] = steady_ms
+
+
+def _long_gaps(
+    m: TraceMetrics,
+    acts: list[Activity],
+    by_device: dict[int, list[Activity]],
+    data: TraceData,
+    runtime_sorted: list[Event],
+    alloc_r: Ranges,
+    dataloader_r: Ranges,
+    sync_r: Ranges,
+) -> None:
+    w0, w1 = m.window
+    found: list[tuple[int, float, float]] = []
+    for dev, dacts in sorted(by_device.items()):
+        for g0, g1 in gaps(merge((a.ts, a.end) for a in dacts), w0, w1):
+            if g1 - g0 >= LONG_GAP_US:
+                found.append((dev, g0, g1))
+    # Time inside the gaps that another finding already explains.
+    gap_r = merge((g0, g1) for _, g0, g1 in found)
+    explained = merge(alloc_r + dataloader_r + sync_r)
+    unexplained = subtract(gap_r, explained)
+    warm_end = m.steps[0].end if len(m.steps) > 1 else None
+    warmup_part = intersect(unexplained, [(w0, warm_end)]) if warm_end else []
+    rows = []
+    for dev, g0, g1 in found[:20]:
+        rows.append(
+            {
+                "device": dev,
+                "start_ms": _r((g0 - w0) / 1e3),
+                "dur_ms": _r((g1 - g0) / 1e3),
+                "host": _host_activity_in(g0, g1, data, runtime_sorted),
+            }
+        )
+    m.values["gpu_gaps"] = {
+        "threshold_ms": LONG_GAP_US / 1e3,
+        "count": len(found),
+        "total_ms": _r(total(gap_r) / 1e3),
+        "longest_ms": _r(max((g1 - g0 for _, g0, g1 in found), default=0.0) / 1e3),
+        "unexplained_ms": _r(total(unexplained) / 1e3),
+        "in_first_step_ms": _r(total(warmup_part) / 1e3),
+        "gaps": rows,
+    }
+    m.ranges["long_gaps"] = gap_r
+    m.ranges["long_gaps_unexplained"] = unexplained
+    m.ranges["long_gaps_warmup"] = warmup_part
+
+
+def _host_activity_in(g0: float, g1: float, data: TraceData, runtime_sorted: list[Event]) -> str:
+    """What the host was doing during a GPU gap: the runtime call covering most of it, else the
+    most specific operator covering most of it."""
+    best_rt, best = None, 0.0
+    for ev in runtime_sorted:
+        if ev.ts >= g1:
+            break
+        ov = min(g1, ev.ts + ev.dur) - max(g0, ev.ts)
+        if ov > best:
+            best_rt, best = ev, ov
+    if best_rt is not None and best >= 0.5 * (g1 - g0):
+        return f"{best_rt.name} ({best / 1e3:.1f} ms)"
+    cands = []
+    for ev in data.cpu_ops:
+        if ev.cat.lower() not in ("cpu_op", "operator"):
+            continue
+        ov = min(g1, ev.ts + ev.dur) - max(g0, ev.ts)
+        if ov > 0:
+            cands.append((ov, -ev.dur, ev.name))
+    if cands:
+        top = max(c[0] for c in cands)
+        if top >= 0.25 * (g1 - g0):
+            ov, _, name = max(c for c in cands if c[0] >= 0.9 * top)
+            return f"{name} ({ov / 1e3:.1f} ms)"
+    return "no profiled operator (Python outside torch ops, I/O, or a wait)"
+
+
+def _tensor_cores(
+    m: TraceMetrics, acts: list[Activity], data: TraceData, w0: float, w1: float
+) -> None:
+    matrix_us = tc_us = kernel_us = 0.0
+    non_tc: dict[str, float] = defaultdict(float)
+    for a in acts:
+        if a.kind != "compute" or not (w0 <= a.ts < w1):
+            continue
+        d = a.end - a.ts
+        kernel_us += d
+        _, is_matrix, is_tc = kernel_class(a.name)
+        if not is_matrix:
+            continue
+        matrix_us += d
+        if is_tc:
+            tc_us += d
+        else:
+            non_tc[a.name] += d
+    dev = data.devices[0] if data.devices else None
+    cc = (
+        f"{dev.compute_major}.{dev.compute_minor}"
+        if dev and dev.compute_major is not None
+        else None
+    )
+    m.values["tensor_cores"] = {
+        "compute_capability": cc,
+        "matrix_kernel_ms": _r(matrix_us / 1e3),
+        "matrix_share_of_kernel_pct": _pct(matrix_us, kernel_us),
+        "tensor_core_kernel_ms": _r(tc_us / 1e3),
+        "tensor_core_share_of_matrix_pct": _pct(tc_us, matrix_us),
+    }
+    m.details["top_non_tensor_core_kernel"] = max(non_tc, key=non_tc.get) if non_tc else None
+
+
+def _top_ops_by_self_time(ops: list[Event], w0: float, w1: float, limit: int = 10) -> list[dict]:
+    """Self time = duration minus time in child ops on the same thread (ops nest per thread)."""
+    by_tid: dict = defaultdict(list)
+    for ev in ops:
+        if (ev.cat == "cpu_op" or ev.cat == "Operator") and w0 <= ev.ts < w1:
+            if not ev.name.startswith(DATALOADER_PREFIX):
+                by_tid[ev.tid].append(ev)
+    self_us: dict[str, float] = defaultdict(float)
+    calls: Counter = Counter()
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (e.ts, -e.dur))
+        stack: list[list] = []  # [end, name, child_us, dur]
+        for ev in evs:
+            while stack and stack[-1][0] <= ev.ts:
+                end, name, child, dur = stack.pop()
+                self_us[name] += max(0.0, dur - child)
+                calls[name] += 1
+            if stack:
+                stack[-1][2] += ev.dur
+            stack.append([ev.ts + ev.dur, ev.name, 0.0, ev.dur])
+        for _end, name, child, dur in stack:
+            self_us[name] += max(0.0, dur - child)
+            calls[name] += 1
+    rows = sorted(self_us.items(), key=lambda kv: -kv[1])[:limit]
+    return [{"name": n, "self_ms": _r(t / 1e3), "calls": calls[n]} for n, t in rows]
+
+
+def _top_kernels(acts: list[Activity], w0: float, w1: float, limit: int = 10) -> list[dict]:
+    us: dict[str, float] = defaultdict(float)
+    n: Counter = Counter()
+    for a in acts:
+        if a.kind in ("compute", "comm") and w0 <= a.ts < w1:
+            us[a.name] += a.end - a.ts
+            n[a.name] += 1
+    all_us = sum(us.values())
+    rows = sorted(us.items(), key=lambda kv: -kv[1])[:limit]
+    return [
+        {"name": name, "ms": _r(t / 1e3), "calls": n[name], "pct": _pct(t, all_us)}
+        for name, t in rows
+    ]
+
+
+def _memory(data: TraceData) -> dict:
+    """Peak device memory from "[memory]" events: their "Total Allocated" when recorded, else
+    the peak of the running sum of allocation deltas (a rise within the trace, a lower bound)."""
+    if not data.memory:
+        return {"present": False}
+    peaks: dict[str, float] = {}
+    running: dict[str, float] = defaultdict(float)
+    rises: dict[str, float] = {}
+    for ev in sorted(data.memory, key=lambda e: e.ts):
+        args = ev.args
+        if args is None or args.device_type in (None, 0):  # 0 = CPU memory
+            continue
+        key = str(args.device_id if args.device_id is not None else 0)
+        if args.total_allocated is not None:
+            if args.total_allocated > peaks.get(key, -1):
+                peaks[key] = args.total_allocated
+        elif args.alloc_bytes is not None:
+            running[key] += args.alloc_bytes
+            if running[key] > rises.get(key, 0):
+                rises[key] = running[key]
+    caps = {str(d.index): d.total_memory for d in data.devices if d.total_memory}
+    out: dict = {"present": True}
+    if peaks:
+        out["peak_allocated_bytes"] = {k: int(x) for k, x in peaks.items()}
+        out["capacity_bytes"] = {k: caps[k] for k in peaks if k in caps}
+        out["peak_pct_of_capacity"] = {k: _pct(peaks[k], caps[k]) for k in peaks if k in caps}
+    elif rises:
+        out["peak_rise_bytes"] = {k: int(x) for k, x in rises.items()}
+    return out
+
+
+def _assessment(m: TraceMetrics, data: TraceData) -> None:
+    a, na = m.assessed, m.not_assessed
+    if m.step_source == "ProfilerStep":
+        a.append(f"{len(m.steps)} profiler step(s) and where their time went")
+    elif m.step_source == "Optimizer.step":
+        a.append(f"{len(m.steps)} iterations (delimited by Optimizer.step) and their time")
+        na.append("ProfilerStep#N: none in the trace; iterations taken from Optimizer.step")
+    else:
+        na.append(
+            "per-step times: no ProfilerStep#N or Optimizer.step in the trace; "
+            "the whole trace is treated as one step"
+        )
+    if any(ev.name.startswith(DATALOADER_PREFIX) for ev in data.cpu_ops):
+        a.append("DataLoader share of the step time")
+    else:
+        na.append("DataLoader share: no enumerate(DataLoader) events in the trace")
+    if m.gpu_present:
+        a.append(
+            "GPU busy/idle and idle causes (HTA), kernels, copies, communication, sync, "
+            "launch overhead, allocator"
+        )
+        if m.vendor == "amd":
+            a.append("ROCm/HIP runtime and kernels")
+        if not data.devices:
+            na.append("tensor-core capability and memory capacity: no deviceProperties")
+    elif data.runtime:
+        na.append(
+            "GPU metrics: runtime calls but no GPU activity recorded (CUPTI/roctracer "
+            "activities missing)"
+        )
+    else:
+        na.append(
+            "GPU metrics (busy/idle, kernels, copies, communication, tensor cores): "
+            "CPU-only trace, no GPU activity"
+        )
+    mem = m.values.get("memory", {})
+    if mem.get("peak_allocated_bytes"):
+        a.append("peak GPU memory")
+    elif mem.get("peak_rise_bytes"):
+        a.append("GPU memory rise within the trace")
+        na.append("memory capacity use: memory events carry no totals (older schema)")
+    else:
+        na.append("peak memory: no GPU memory events (profile_memory=False)")

@@ -1,0 +1,173 @@
+"""The human report of a trace analysis: pure string building, shared by ``gputop analyze`` and
+``gputop capture``. Plain text (no colour codes) so it reads the same in a terminal, a log or
+an issue comment."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from diagnostics.findings import CATALOGUE
+from diagnostics.trace import TraceAnalysis
+from diagnostics.trace_rules import kernel_base_name, short_kernel_name
+
+# Step-time roles in the bar: (metric key(s), letter, label). Letters, not colours, so the bar
+# survives copy-paste; the legend below it spells them out.
+BAR_ROLES = (
+    (("compute",), "C", "GPU compute"),
+    (("communication",), "N", "communication"),
+    (("memcpy", "memset"), "M", "memcpy/memset"),
+    (("sync",), "S", "host sync"),
+    (("allocator",), "A", "cudaMalloc/Free"),
+    (("runtime",), "L", "launch/runtime"),
+    (("dataloader",), "D", "DataLoader"),
+    (("cpu",), "H", "host ops"),
+    (("other",), ".", "other"),
+)
+
+
+def _ms(x: float) -> str:
+    if x >= 10_000:
+        return f"{x / 1e3:.1f} s"
+    if x >= 100:
+        return f"{x:.0f} ms"
+    if x >= 1:
+        return f"{x:.1f} ms"
+    return f"{x * 1e3:.0f} us"
+
+
+def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
+    """A ``width``-character bar of the step-time shares and its legend (largest first)."""
+    shares = [
+        (letter, label, sum(pct.get(k, 0.0) for k in keys)) for keys, letter, label in BAR_ROLES
+    ]
+    total = sum(s for _, _, s in shares) or 1.0
+    exact = [(letter, width * s / total) for letter, _, s in shares]
+    cells = {letter: int(x) for letter, x in exact}
+    # Largest remainders get the leftover cells so the bar is exactly ``width`` long.
+    leftover = width - sum(cells.values())
+    for letter, _x in sorted(exact, key=lambda e: -(e[1] - int(e[1])))[:leftover]:
+        cells[letter] += 1
+    bar = "".join(letter * cells[letter] for _, letter, _ in BAR_ROLES)
+    legend = "  ".join(
+        f"{letter} {label} {s:.1f}%"
+        for letter, label, s in sorted(shares, key=lambda e: -e[2])
+        if s >= 0.05
+    )
+    return bar, legend
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(
+        text, width=width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False
+    ) or [first.rstrip()]
+
+
+def _headline(a: TraceAnalysis) -> str:
+    m = a.metrics
+    parts = []
+    device = m["trace"].get("device")
+    if device:
+        parts.append(device)
+    elif not m["trace"]["gpu_activity"]:
+        parts.append("CPU-only trace")
+    if m["trace"].get("rank") is not None:
+        ws = m["trace"].get("world_size")
+        parts.append(f"rank {m['trace']['rank']}" + (f" of {ws}" if ws else ""))
+    steps = m["steps"]
+    if steps["count"]:
+        names = steps["names"]
+        span = f"{names[0]}..{names[-1].split('#')[-1]}" if len(names) > 1 else names[0]
+        kind = "step" if m["window"]["steps_from"] == "ProfilerStep" else "iteration"
+        plural = "s" if steps["count"] != 1 else ""
+        parts.append(f"{steps['count']} {kind}{plural} ({span})")
+        parts.append(f"step {_ms(steps['mean_ms'])} mean, {_ms(steps['max_ms'])} max")
+    else:
+        parts.append(f"whole trace {_ms(m['window']['dur_ms'])} (no steps recorded)")
+    busy = m["gpu"]["busy_pct_of_steps"]
+    if busy is not None:
+        parts.append(f"GPU busy {busy:.1f}%")
+    return " · ".join(parts)
+
+
+def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
+    width = max(60, width)
+    a, m = analysis, analysis.metrics
+    lines = [f"gputop analyze: {os.path.basename(a.file)}"]
+    lines += _wrap(_headline(a), width, "", "  ")
+    if a.verdict == "healthy":
+        lines += _wrap(f"Verdict: healthy - {a.healthy_reason}", width, "", "  ")
+    else:
+        top = next(f for f in a.findings if f.id == a.verdict)
+        lines.append(f"Verdict: {a.verdict} ({top.severity}) - {CATALOGUE[a.verdict]}")
+
+    bd = m["step_breakdown"]
+    lines += ["", f"Where the step time went ({_ms(bd['ms']['total'])} in all)"]
+    bar, legend = breakdown_bar(bd["pct"], width - 4)
+    lines.append(f"  [{bar}]")
+    lines += _wrap(legend, width, "  ", "  ")
+
+    lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
+    for i, f in enumerate(a.findings, 1):
+        cost = f"  (costs {_ms(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
+        lines += _wrap(f"{i}. [{f.severity.upper()}] {f.id}: {f.title}{cost}", width, "  ", "     ")
+        lines += _wrap(f"Evidence: {f.evidence}", width, "     ", "       ")
+        lines += _wrap(f"Fix: {f.fix}", width, "     ", "       ")
+        lines += _wrap(f"Next: {f.next_step}", width, "     ", "       ")
+
+    if m["trace"]["gpu_activity"]:
+        t, idle, k = m["temporal"], m["idle_split"], m["kernels"]
+        lines += [""]
+        lines += _wrap(
+            f"GPU: idle {t['idle_pct']:.1f}% of its active span {_ms(t['span_ms'])} (HTA: "
+            f"host wait {idle['host_wait_pct']:.0f}%, kernel wait {idle['kernel_wait_pct']:.0f}%, "
+            f"other {idle['other_pct']:.0f}%); compute {t['compute_pct']:.1f}%, communication "
+            f"{t['communication_pct']:.1f}%, memcpy {t['memcpy_pct']:.1f}%",
+            width,
+            "",
+            "     ",
+        )
+        lines += _wrap(
+            f"Kernels: {k['count']:,}, median {k['duration_us']['p50']:.1f} us, p90 "
+            f"{k['duration_us']['p90']:.1f} us, {k['under_10us_pct']:.0f}% under 10 us; "
+            f"{k['launch_rate_per_s']:,.0f} launches/s ({k['launches_per_step']:,.0f} per step)",
+            width,
+            "",
+            "     ",
+        )
+    ops = m.get("top_ops") or []
+    if ops:
+        text = " · ".join(f"{o['name']} {_ms(o['self_ms'])}" for o in ops[:5])
+        lines += _wrap(f"Top CPU ops (self time): {text}", width, "", "     ")
+    kernels = m.get("top_kernels") or []
+    if kernels:
+        text = " · ".join(
+            f"{short_kernel_name(k['name'], 48)} {_ms(k['ms'])} ({k['pct']:.0f}%)"
+            for k in kernels[:5]
+        )
+        lines += _wrap(f"Top kernels (GPU time): {text}", width, "", "     ")
+        if m["trace"].get("vendor") != "amd":
+            lines += _wrap(
+                f"Look inside the top kernel: ncu --kernel-name {kernel_base_name(kernels[0]['name'])} "
+                "--launch-skip 10 --launch-count 1 --set full -o top_kernel python train.py",
+                width,
+                "  ",
+                "     ",
+            )
+    mem = m.get("memory") or {}
+    if mem.get("peak_allocated_bytes"):
+        peaks = ", ".join(
+            f"GPU {d} {b / 2**30:.2f} GiB"
+            + (
+                f" ({mem['peak_pct_of_capacity'][d]:.0f}%)"
+                if d in mem.get("peak_pct_of_capacity", {})
+                else ""
+            )
+            for d, b in mem["peak_allocated_bytes"].items()
+        )
+        lines.append(f"Peak memory: {peaks}")
+    lines.append("")
+    lines += _wrap("Assessed: " + "; ".join(a.assessed), width, "", "  ")
+    if a.not_assessed:
+        lines += _wrap("Not assessed: " + "; ".join(a.not_assessed), width, "", "  ")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,111 @@
+"""`gputop analyze` as a user runs it: the report, JSON Lines, and bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tests.conftest import TRACES, run_cli
+
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
+NW0 = TRACES / "resnet50_nw0.pt.trace.json.gz"
+SMALL = TRACES / "kineto_2021_schema.json"  # plain JSON, 2021 schema, 85 kB
+SMALL_GZ = TRACES / "hta_event_sync.json.gz"
+
+
+def assert_one_line_error(proc, fragment: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("gputop: error: ") and fragment in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_documents_json_lines():
+    proc = run_cli("analyze", "--help")
+    assert proc.returncode == 0
+    assert "JSON Lines" in proc.stdout and "TRACE" in proc.stdout
+
+
+@needs_traces
+def test_human_report_is_compact_and_complete():
+    proc = run_cli("analyze", str(NW0))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Verdict: dataloader-stall" in out
+    assert "Where the step time went" in out
+    bar = next(line for line in out.splitlines() if line.startswith("  ["))
+    assert len(bar) == 100 and bar.endswith("]")  # the report's default width
+    assert set(bar.strip()[1:-1]) <= set("CNMSALDH.")
+    assert "D DataLoader 33.4%" in out
+    for heading in ("Evidence:", "Fix:", "Next:", "Top CPU ops", "Top kernels", "Assessed:"):
+        assert heading in out
+    assert "ncu --kernel-name dgrad_engine" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert len(out.splitlines()) < 80  # compact
+
+
+@needs_traces
+def test_json_lines_one_object_per_trace_in_order():
+    proc = run_cli("analyze", "--json", str(SMALL), str(NW0))
+    assert proc.returncode == 0, proc.stderr
+    objs = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [o["file"] for o in objs] == [str(SMALL), str(NW0)]
+    for o in objs:
+        assert {"file", "metrics", "findings", "verdict"} <= set(o)
+        for f in o["findings"]:
+            assert {"id", "severity", "title", "evidence", "fix", "next_step"} <= set(f)
+    assert objs[1]["verdict"] == "dataloader-stall"
+
+
+@needs_traces
+def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
+    raw = gzip.decompress(SMALL_GZ.read_bytes())
+    cases = {
+        "truncated.json": (raw[: len(raw) // 2], "truncated JSON"),
+        "truncated.json.gz": (SMALL_GZ.read_bytes()[:1500], "truncated or corrupt gzip"),
+        "notes.json": (b"these are not the traces you are looking for\n", "not valid JSON"),
+        "header-only.json": (b'{"schemaVersion": 1, "deviceProperties": []}', "no traceEvents"),
+        "no-events.json": (b'{"traceEvents": []}', "no profiler events"),
+        "empty.json": (b"", "empty file"),
+        "binary.json": (bytes(range(256)) * 4, "not valid JSON"),
+    }
+    for name, (content, fragment) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        proc = run_cli("analyze", str(path))
+        assert_one_line_error(proc, fragment)
+        assert proc.stdout == ""
+    assert_one_line_error(run_cli("analyze", str(tmp_path / "missing.json")), "no such file")
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), "is a directory")
+
+
+@needs_traces
+def test_good_traces_are_reported_even_when_one_is_bad(tmp_path):
+    bad = tmp_path / "cut.json"
+    bad.write_bytes(SMALL.read_bytes()[:4000])
+    proc = run_cli("analyze", "--json", str(SMALL), str(bad), str(SMALL_GZ))
+    assert_one_line_error(proc, "cut.json")
+    files = [json.loads(line)["file"] for line in proc.stdout.splitlines()]
+    assert files == [str(SMALL), str(SMALL_GZ)]
+
+
+@needs_traces
+def test_chrome_array_form_and_bare_na_values_load(tmp_path):
+    doc = json.loads(SMALL.read_text())
+    as_array = tmp_path / "array.json"
+    as_array.write_text(json.dumps(doc["traceEvents"]))
+    # Some Kineto versions write a bare N/A for unknown values; TensorBoard reads those too.
+    with_na = tmp_path / "na.json"
+    text = json.dumps(doc)
+    assert '"Device": 24572' in text
+    with_na.write_text(text.replace('"Device": 24572', '"Device": N/A', 1))
+    original = json.loads(run_cli("analyze", "--json", str(SMALL)).stdout)
+    for path in (as_array, with_na):
+        proc = run_cli("analyze", "--json", str(path))
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout)
+        assert result["verdict"] == original["verdict"]
+        assert result["metrics"]["steps"] == original["metrics"]["steps"]
