@@ -1,0 +1,462 @@
+"""The live monitor: a Textual app fed by one sampling thread.
+
+Data flow: the sampler thread (a Textual thread worker) samples every interval, records into the
+History, cuts the chart windows and posts an immutable ``FrameReady``; the handler on the UI
+thread updates the existing widgets inside ``batch_update()``. A frame older than the newest one
+posted is dropped on arrival, and consecutive frames in the queue collapse (``can_replace``), so
+a slow terminal skips frames rather than falling behind. The layout changes only on a resize or
+the compact toggle. Nothing on the event loop touches NVML, psutil, sockets or files: signals and
+agent lookups run in short thread workers too.
+
+Built with ``snapshots=[...]`` the app shows a fixed sequence (no sampler, no thread): the
+snapshot tests and the screenshots use that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Sequence
+
+from rich.segment import Segment
+from textual import events, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.filter import LineFilter
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Input
+
+from gputop.model import Snapshot
+from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
+from gputop.tui.layout import FINDINGS_WIDTH, Plan, plan_layout
+from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
+from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
+from gputop.tui.widgets.findings import FindingsPanel
+from gputop.tui.widgets.gpu_card import GpuCard
+from gputop.tui.widgets.gpu_row import CompactGpuRow
+from gputop.tui.widgets.header import StatusHeader
+from gputop.tui.widgets.help_screen import HelpScreen
+from gputop.tui.widgets.host_panel import HostPanel
+from gputop.tui.widgets.process_table import ProcessTable
+from gputop.tui.widgets.process_view import ProcessScreen
+from gputop.tui.widgets.text_line import TextLine
+
+NO_AGENT_HINT = (
+    "pid {pid} has no gputop agent: start the job with `gputop run -- python train.py` "
+    "(or call gputop.agent.install() in it)"
+)
+NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
+
+
+class FrameReady(Message):
+    """A new frame from the sampler. A newer one waiting in the queue replaces it."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, FrameReady)
+
+
+class SamplerFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class PlainText(LineFilter):
+    """NO_COLOR: drop every style, not just the colours. Textual's own filter keeps grey
+    tones, and any attribute (bold, reverse) makes terminals emit colour resets too."""
+
+    def apply(self, segments: list[Segment], background) -> list[Segment]:
+        return [Segment(text, None, control) for text, _, control in segments]
+
+
+class GputopApp(App[int]):
+    CSS_PATH = "gputop.tcss"
+    TITLE = "gputop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("1", "window(0)", "Window", key_display="1-4"),
+        Binding("2", "window(1)", "10 min", show=False),
+        Binding("3", "window(2)", "1 h", show=False),
+        Binding("4", "window(3)", "whole run", show=False),
+        Binding("c", "toggle_compact", "Compact"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("S", "reverse_sort", "Reverse", show=False),
+        Binding("slash", "filter", "Filter"),
+        Binding("t", "toggle_tree", "Tree"),
+        Binding("enter", "open_process", "Process"),
+        Binding("k", "signal_process", "Kill"),
+        Binding("p", "request_capture", "Capture"),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "escape", show=False),
+    ]
+
+    def __init__(
+        self,
+        *,
+        demo: str | None = None,
+        gpus: list[int] | None = None,
+        interval: float = 1.0,
+        seed: int = 0,
+        snapshots: Sequence[Snapshot] | None = None,
+        frame_log: str | None = None,
+    ) -> None:
+        no_color = "NO_COLOR" in os.environ
+        super().__init__(driver_class=HangupSafeDriver, ansi_color=True if no_color else None)
+        self.demo, self.gpus, self.seed, self.interval = demo, gpus, seed, interval
+        self.frame_log = FrameLog(frame_log or os.environ.get("GPUTOP_FRAME_LOG"))
+        if snapshots is not None:
+            self.feed: SamplerFeed | FixedFeed = FixedFeed(self._post_frame, snapshots)
+        else:
+            self.feed = SamplerFeed(self._post_frame, interval, self.frame_log)
+        self.paused = False
+        self.compact_choice: bool | None = None  # None: the terminal size decides
+        self.plan: Plan | None = None
+        self.frame: Frame | None = None
+        self.frames_rendered = 0
+        self.frames_dropped = 0
+        self.error: str | None = None
+        self.exit_signal: int | None = None
+        self.cards: dict[int, GpuCard] = {}
+        self.rows: dict[int, CompactGpuRow] = {}
+        self.header = StatusHeader(interval, id="header")
+        self.host = HostPanel(id="host")
+        self.table = ProcessTable(id="processes")
+        self.findings = FindingsPanel(id="findings")
+        self.gpu_message = TextLine("starting the sampler…", id="gpu-message")
+
+    # -- composition and layout -------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        with Vertical(id="gpus"):
+            yield self.gpu_message
+            yield Grid(id="gpu-cards")
+            yield VerticalScroll(id="gpu-rows")
+        yield self.host
+        with Horizontal(id="lower"):
+            with Vertical(id="procs"):
+                yield self.table
+                yield Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
+                            id="filter")
+            yield self.findings
+        yield Footer()
+
+    def get_line_filters(self):
+        if self.no_color:
+            return [PlainText()]
+        return super().get_line_filters()
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.findings.styles.width = FINDINGS_WIDTH
+        self._apply_layout()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGHUP, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signum, self._on_terminal_signal, signum)
+            except (RuntimeError, ValueError, NotImplementedError):
+                pass  # not the main thread (tests) or not Unix
+        if isinstance(self.feed, SamplerFeed):
+            self._run_sampler()
+        else:
+            self.feed.request_frame()
+
+    def _on_terminal_signal(self, signum: int) -> None:
+        """SIGHUP (the SSH connection dropped) or SIGTERM: leave like q does."""
+        self.exit_signal = signum
+        self._stop_feed()
+        exit_soon_anyway(128 + signum)
+        self.exit(128 + signum)
+
+    def on_terminal_lost(self, _message: TerminalLost) -> None:
+        self._on_terminal_signal(signal.SIGHUP)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Runs before App's own handler has stored the new size: use the event's.
+        self._apply_layout(event.size)
+
+    def _apply_layout(self, size=None) -> None:
+        n = len(self.cards)
+        width, height = size or self.size
+        plan = plan_layout(width, height, n, self.compact_choice)
+        self.plan = plan
+        cards = self.query_one("#gpu-cards", Grid)
+        rows = self.query_one("#gpu-rows", VerticalScroll)
+        cards.display = bool(n) and not plan.compact
+        rows.display = bool(n) and plan.compact
+        self.gpu_message.display = not n
+        if n:
+            cards.styles.grid_size_columns = plan.columns
+            cards.styles.grid_rows = str(plan.card_height)
+            cards.styles.height = plan.gpu_lines if not plan.compact else 0
+            rows.styles.height = plan.gpu_lines if plan.compact else 0
+        self.findings.display = plan.findings
+        self.call_after_refresh(self.table.fit_command_column)
+        if self.frame is not None:
+            self._render_gpus(self.frame)
+
+    async def _mount_gpus(self, indices: tuple[int, ...]) -> None:
+        """Once, when the first frame names the GPUs (again only if the set changes)."""
+        cards = self.query_one("#gpu-cards", Grid)
+        rows = self.query_one("#gpu-rows", VerticalScroll)
+        await cards.remove_children()
+        await rows.remove_children()
+        self.cards = {i: GpuCard(i) for i in indices}
+        self.rows = {i: CompactGpuRow(i) for i in indices}
+        await cards.mount_all(self.cards.values())
+        await rows.mount_all(self.rows.values())
+        self._apply_layout()
+
+    # -- frames -----------------------------------------------------------------------------
+
+    def _post_frame(self, frame: Frame) -> None:
+        self.post_message(FrameReady(frame))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, name="sampler", group="sampler")
+    def _run_sampler(self) -> None:
+        from gputop.session import open_sampler
+
+        feed = self.feed
+        assert isinstance(feed, SamplerFeed)
+        try:
+            with open_sampler(self.demo, self.gpus, self.seed) as sampler:
+                if not feed.stopped:
+                    feed.run(sampler)
+        except Exception as exc:  # reported on screen and after exit, never as a traceback
+            if not feed.stopped:
+                self.post_message(SamplerFailed(f"{type(exc).__name__}: {exc}"))
+
+    def _stop_feed(self) -> None:
+        if isinstance(self.feed, SamplerFeed):
+            self.feed.stop()
+
+    def on_unmount(self) -> None:
+        self._stop_feed()
+
+    def on_sampler_failed(self, message: SamplerFailed) -> None:
+        self.error = message.error
+        self.exit(1)
+
+    async def on_frame_ready(self, message: FrameReady) -> None:
+        frame = message.frame
+        if frame.seq < self.feed.latest_seq:
+            self.frames_dropped += 1  # a newer frame is on its way
+            return
+        indices = tuple(g.index for g in frame.snapshot.gpus)
+        if indices != tuple(self.cards):
+            await self._mount_gpus(indices)
+        started = time.perf_counter()
+        with self.batch_update():
+            self.render_frame(frame)
+        self.frame_log.record((time.perf_counter() - started) * 1000.0)
+
+    def render_frame(self, frame: Frame) -> None:
+        self.frame = frame
+        self.frames_rendered += 1
+        snap = frame.snapshot
+        self.header.show(snap, frame.window, self.paused)
+        self.host.update_host(snap.host)
+        self._render_gpus(frame)
+        self.table.update_snapshot(snap)
+        if isinstance(self.screen, ProcessScreen):
+            self.screen.update_frame(frame)
+
+    def _render_gpus(self, frame: Frame) -> None:
+        snap = frame.snapshot
+        if not snap.gpus:
+            d = snap.driver
+            text = (f"no GPU driver: {d.error}; {NO_DRIVER_HINT}" if not d.available
+                    else "no GPUs visible")
+            self.gpu_message.set_text(text)
+            return
+        compact = self.plan is not None and self.plan.compact
+        targets = self.rows if compact else self.cards
+        for gpu in snap.gpus:
+            widget = targets.get(gpu.index)
+            if widget is not None:
+                widget.update_gpu(gpu, frame.gpu_series.get(gpu.index, {}), frame.start,
+                                  frame.end)
+
+    # -- findings (filled by a later issue) --------------------------------------------------
+
+    def show_findings(self, findings: list) -> None:
+        """Render ``findings`` and mark the GPU card / row each is about."""
+        self.findings.update_findings(findings)
+        rank = {"info": 0, "warning": 1, "critical": 2}
+        worst: dict[int, str] = {}
+        for f in findings:
+            if f.gpu is not None and rank.get(f.severity, -1) > rank.get(worst.get(f.gpu), -1):
+                worst[f.gpu] = f.severity
+        for index in self.cards:
+            self.cards[index].mark(worst.get(index))
+            self.rows[index].mark(worst.get(index))
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def action_quit(self) -> None:
+        self._stop_feed()
+        self.exit(0)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.header.show(None, self.feed.window, self.paused)
+        self.feed.set_paused(self.paused)
+        self.notify("paused: the display is frozen, sampling goes on" if self.paused
+                    else "live", timeout=2)
+
+    def action_window(self, choice: int) -> None:
+        self.feed.window = WINDOWS[choice]
+        self.header.show(None, self.feed.window, self.paused)
+        self.feed.request_frame()
+
+    def action_toggle_compact(self) -> None:
+        current = self.plan.compact if self.plan else False
+        self.compact_choice = not current
+        self._apply_layout()
+
+    def action_cycle_sort(self) -> None:
+        name = self.table.cycle_sort()
+        self.notify(f"sorted by {name}", timeout=2)
+
+    def action_reverse_sort(self) -> None:
+        self.table.flip_sort()
+
+    def action_toggle_tree(self) -> None:
+        tree = self.table.toggle_tree()
+        self.notify("workers as a tree" if tree else "flat list", timeout=2)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.table.set_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            event.input.display = bool(event.value)
+            self.table.focus()
+
+    def action_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:
+            box.value = ""
+            box.display = False
+            self.table.set_filter("")
+            self.table.focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def _selected_pid(self, training: bool = False) -> int | None:
+        """The pid under the cursor; with ``training`` a worker row gives its parent."""
+        row = self.table.selected_row()
+        if row is None:
+            self.notify("no process selected", severity="warning", timeout=3)
+            return None
+        if training and row.parent is not None:
+            return row.parent
+        return row.pid
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_process()
+
+    def action_open_process(self) -> None:
+        pid = self._selected_pid(training=True)
+        if pid is None or isinstance(self.screen, ProcessScreen):
+            return
+        screen = ProcessScreen(pid)
+        self.feed.focus_pid = pid
+        self.push_screen(screen, callback=lambda _: self._left_process_view())
+        self.feed.request_frame()
+
+    def _left_process_view(self) -> None:
+        self.feed.focus_pid = None
+
+    def action_signal_process(self) -> None:
+        row = self.table.selected_row()
+        if row is None:
+            self.notify("no process selected", severity="warning", timeout=3)
+            return
+        if not row.visible:
+            self.notify(f"pid {row.pid} is not visible from here (another pid namespace)",
+                        severity="warning")
+            return
+        cells = row.cells
+        description = f"{cells['command']}  (user {cells['user'] or '?'}, GPU {cells['gpu']})"
+        create_time = self._create_time(row.pid)
+
+        def answered(send: bool | None) -> None:
+            if send:
+                self._send_signal(row.pid, create_time, signal.SIGTERM)
+
+        self.push_screen(ConfirmSignalScreen(row.pid, description), callback=answered)
+
+    def _create_time(self, pid: int) -> float | None:
+        from gputop.tui.rows import groups
+
+        if self.frame is None:
+            return None
+        for group in groups(self.frame.snapshot):
+            if group.proc.pid == pid:
+                return group.proc.create_time
+        return None
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def _send_signal(self, pid: int, create_time: float | None, signum: int) -> None:
+        import psutil
+
+        name = signal.Signals(signum).name
+        try:
+            proc = psutil.Process(pid)
+            # The pid may have been reused since the row was drawn: check it is the same one.
+            if create_time is not None and abs(proc.create_time() - create_time) > 0.01:
+                raise psutil.NoSuchProcess(pid)
+            proc.send_signal(signum)
+        except psutil.NoSuchProcess:
+            self.call_from_thread(self.notify, f"pid {pid} has already ended",
+                                  severity="warning")
+        except (psutil.AccessDenied, PermissionError):
+            self.call_from_thread(self.notify, f"not allowed to signal pid {pid}",
+                                  severity="error")
+        else:
+            self.call_from_thread(self.notify, f"sent {name} to pid {pid}")
+
+    def action_request_capture(self) -> None:
+        pid = self._selected_pid(training=True)
+        if pid is None:
+            return
+        self._look_up_agent(pid)
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def _look_up_agent(self, pid: int) -> None:
+        """Off the event loop: listing agents reads a socket directory."""
+        has_agent = False
+        try:
+            from gputop import ipc
+
+            has_agent = pid in ipc.list_agents()
+        except Exception:  # no ipc module yet, or an unreadable directory: no agent
+            has_agent = False
+        if has_agent:
+            self.call_from_thread(self.action_capture, pid)
+        else:
+            self.call_from_thread(self.notify, NO_AGENT_HINT.format(pid=pid),
+                                  severity="warning", timeout=8)
+
+    def action_capture(self, pid: int) -> None:
+        """The seam for the capture flow (a later issue): called with the training pid once
+        its agent is known to listen."""
+        self.notify(f"capture requested for pid {pid}")

@@ -1,0 +1,205 @@
+"""What the sampling thread hands to the UI: an immutable frame of one snapshot plus the chart
+series for the chosen window, already cut out of the history.
+
+Cutting the windows on the sampling thread keeps every History read on the thread that writes
+it, so the UI never sees a ring half-updated, and the event loop only draws.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from gputop.history import History
+from gputop.model import Snapshot
+
+# Chart windows selected with keys 1-4, in seconds; None is the whole run.
+WINDOWS: tuple[float | None, ...] = (60.0, 600.0, 3600.0, None)
+WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h", None: "whole run"}
+# The GPU fields the cards and compact rows chart.
+CHART_FIELDS = ("util_gpu", "mem_used", "power_w", "pcie_rx_mbs")
+
+Points = tuple[np.ndarray, np.ndarray]
+
+
+def _frozen(points: Points) -> Points:
+    t, v = points
+    t.setflags(write=False)
+    v.setflags(write=False)
+    return t, v
+
+
+@dataclass(frozen=True)
+class ProcessSeries:
+    """Charts of one training process for the process view."""
+
+    pid: int
+    cpu: Points
+    workers_cpu: Points
+    gpu_mem: Points
+
+
+@dataclass(frozen=True)
+class Frame:
+    seq: int
+    snapshot: Snapshot
+    window: float | None
+    start: float  # the charts' time axis
+    end: float
+    gpu_series: Mapping[int, Mapping[str, Points]]
+    process: ProcessSeries | None = None
+
+
+def build_frame(history: History, snapshot: Snapshot, window: float | None, seq: int,
+                focus_pid: int | None = None) -> Frame:
+    """Cut the chart windows ending at ``snapshot`` out of ``history`` (which may be newer:
+    while paused the display stays on the frozen snapshot)."""
+    end = snapshot.time
+
+    def cut(series) -> Points:
+        t, v = series.window(None if window is None else window + (series.last_time or end) - end)
+        keep = t <= end
+        return _frozen((t[keep], v[keep]))
+
+    gpu_series = {}
+    for gpu in snapshot.gpus:
+        fields = history.gpus.get(gpu.index, {})
+        gpu_series[gpu.index] = MappingProxyType(
+            {name: cut(fields[name]) for name in CHART_FIELDS if name in fields}
+        )
+    if window is None:
+        firsts = [s.first_time for f in history.gpus.values() for s in f.values() if s.first_time]
+        start = min(firsts, default=end - 60.0)
+        start = min(start, end - 1.0)
+    else:
+        start = end - window
+    process = None
+    entry = history.processes.get(focus_pid) if focus_pid is not None else None
+    if entry is not None:
+        process = ProcessSeries(focus_pid, cut(entry.cpu), cut(entry.workers_cpu),
+                                cut(entry.gpu_mem))
+    return Frame(seq, snapshot, window, start, end, MappingProxyType(gpu_series), process)
+
+
+class FrameLog:
+    """Durations of the UI's frame handler, written to a file off the UI thread
+    (GPUTOP_FRAME_LOG=path; one duration in milliseconds per line)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._pending: list[float] = []
+        self._lock = threading.Lock()
+
+    def record(self, ms: float) -> None:
+        if self.path:
+            with self._lock:
+                self._pending.append(ms)
+
+    def flush(self) -> None:
+        if not self.path:
+            return
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if pending:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write("".join(f"{ms:.3f}\n" for ms in pending))
+
+
+class Feed:
+    """The frame source the app talks to: what window to cut, which process to follow,
+    whether the display is frozen. Subclasses deliver frames by calling ``post``."""
+
+    def __init__(self, post: Callable[[Frame], None]) -> None:
+        self.post = post
+        self.history = History()
+        self.window: float | None = WINDOWS[0]
+        self.focus_pid: int | None = None
+        self.paused = False
+        self.latest_seq = 0  # the newest frame posted; older ones are stale on arrival
+        self._frozen: Snapshot | None = None
+
+    def _emit(self) -> None:
+        snap = self._frozen if self.paused and self._frozen else self.history.latest
+        if snap is None:
+            return
+        self.latest_seq += 1
+        self.post(build_frame(self.history, snap, self.window, self.latest_seq, self.focus_pid))
+
+    def set_paused(self, paused: bool) -> None:
+        self._frozen = self.history.latest if paused else None
+        self.paused = paused
+        self.request_frame()
+
+    def request_frame(self) -> None:
+        """Post a frame now (after a window, focus or pause change)."""
+        raise NotImplementedError
+
+
+class FixedFeed(Feed):
+    """A fixed sequence of snapshots, recorded up front: for tests and screenshots."""
+
+    def __init__(self, post: Callable[[Frame], None], snapshots: Sequence[Snapshot]) -> None:
+        super().__init__(post)
+        for snap in snapshots:
+            self.history.record(snap)
+
+    def request_frame(self) -> None:
+        self._emit()
+
+
+class SamplerFeed(Feed):
+    """Samples every ``interval`` on the thread that calls ``run`` and posts a frame per tick;
+    a request from the UI wakes it to post a frame from the history without sampling."""
+
+    def __init__(self, post: Callable[[Frame], None], interval: float,
+                 frame_log: FrameLog | None = None) -> None:
+        super().__init__(post)
+        self.interval = interval
+        self.frame_log = frame_log
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._requested = False
+
+    def request_frame(self) -> None:
+        self._requested = True
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, sampler) -> None:
+        """The sampling loop; returns when ``stop`` is called."""
+        sampler.sample()  # primes the per-process CPU counters
+        next_tick = time.monotonic() + min(self.interval, 0.3)
+        while not self._stop.is_set():
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                self._wake.wait(delay)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                if self._requested:
+                    self._requested = False
+                    self._emit()
+                    continue
+                if time.monotonic() < next_tick:
+                    continue
+            next_tick = max(next_tick + self.interval, time.monotonic())
+            snap = sampler.sample()
+            self.history.record(snap)
+            if not self.paused:
+                self._emit()
+            if self.frame_log is not None:
+                self.frame_log.flush()
+        if self.frame_log is not None:
+            self.frame_log.flush()

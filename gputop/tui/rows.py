@@ -1,0 +1,188 @@
+"""The rows of the process table for one snapshot: GPU processes with their DataLoader workers
+as an indented tree (or a flat list), sorted and filtered. Pure, so it is tested on its own."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from gputop.format import bytes_h, pct
+from gputop.model import ProcSample, Snapshot, WorkerSample
+
+# Sort keys cycled with `s`, in order: (name shown in the column header, column key).
+SORTS = (
+    ("GPU", "gpu"),
+    ("GPU MEM", "gpu_mem"),
+    ("CPU", "cpu"),
+    ("SM", "sm"),
+    ("RSS", "rss"),
+    ("PID", "pid"),
+)
+# Columns of the table: key, header, width (None: takes the rest), right-aligned.
+COLUMNS = (
+    ("mark", "", 1, False),
+    ("gpu", "GPU", 3, True),
+    ("pid", "PID", 7, True),
+    ("user", "USER", 8, False),
+    ("gpu_mem", "GPU MEM", 7, True),
+    ("sm", "SM", 4, True),
+    ("cpu", "CPU", 5, True),
+    ("rss", "RSS", 6, True),
+    ("state", "STATE", 8, False),
+    ("command", "COMMAND", None, False),
+)
+# Descending by default: the biggest users first. GPU and PID read better ascending.
+DESCENDING = {"gpu_mem", "cpu", "sm", "rss"}
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str  # the pid as text: rows are keyed by pid so updates land in place
+    pid: int
+    parent: int | None  # the training process of a worker row
+    cells: dict[str, str]
+    visible: bool = True
+
+
+@dataclass(frozen=True)
+class Group:
+    """A training process with the GPUs it uses."""
+
+    proc: ProcSample
+    gpus: tuple[int, ...]
+
+
+def short_command(proc: ProcSample) -> str:
+    if not proc.visible:
+        return proc.name
+    cmd = proc.cmdline or proc.name
+    first, _, rest = cmd.partition(" ")
+    if "/" in first:
+        first = os.path.basename(first)
+    return f"{first} {rest}".strip()
+
+
+def groups(snapshot: Snapshot) -> list[Group]:
+    """Each process once, with every GPU it uses (a process may hold several)."""
+    found: dict[int, tuple[ProcSample, list[int]]] = {}
+    for gpu in snapshot.gpus:
+        for proc in gpu.processes:
+            if proc.pid in found:
+                found[proc.pid][1].append(gpu.index)
+            else:
+                found[proc.pid] = (proc, [gpu.index])
+    for proc in snapshot.other_processes:
+        found.setdefault(proc.pid, (proc, []))
+    return [Group(p, tuple(g)) for p, g in found.values()]
+
+
+def _gpu_text(gpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, gpus)) if gpus else "-"
+
+
+def _agent_text(proc: ProcSample) -> str:
+    a = proc.agent
+    if not a:
+        return ""
+    steps = a.get("steps_per_s")
+    return "  [agent" + (f" {steps:.2f} steps/s" if isinstance(steps, int | float) else "") + "]"
+
+
+def _proc_cells(group: Group) -> dict[str, str]:
+    p = group.proc
+    total_mem = p.gpu_mem
+    return {
+        "gpu": _gpu_text(group.gpus),
+        "pid": str(p.pid),
+        "user": (p.user or "?")[:8],
+        "gpu_mem": bytes_h(total_mem),
+        "sm": pct(p.sm_util),
+        "cpu": pct(p.cpu_percent),
+        "rss": bytes_h(p.rss),
+        "state": (p.state or "-")[:8],
+        "command": short_command(p) + _agent_text(p),
+    }
+
+
+def _worker_cells(w: WorkerSample, gpus: tuple[int, ...], last: bool, tree: bool,
+                  parent: int) -> dict[str, str]:
+    branch = ("└─ " if last else "├─ ") if tree else ""
+    return {
+        "gpu": "" if tree else _gpu_text(gpus),
+        "pid": str(w.pid),
+        "user": "",
+        "gpu_mem": "",
+        "sm": "",
+        "cpu": pct(w.cpu_percent),
+        "rss": bytes_h(w.rss),
+        "state": w.state[:8],
+        "command": f"{branch}{w.name} (worker of {parent})",
+    }
+
+
+def _sort_value(key: str, descending: bool, gpus: tuple[int, ...], pid: int, gpu_mem, sm, cpu,
+                rss):
+    value = {
+        "gpu": gpus[0] if gpus else 1 << 30,
+        "gpu_mem": gpu_mem,
+        "cpu": cpu,
+        "sm": sm,
+        "rss": rss,
+        "pid": pid,
+    }[key]
+    # Missing values sort last whatever the direction. Ties keep pid order because the rows
+    # are sorted by pid first and Python's sort is stable (reverse=True too).
+    present = value is not None
+    return (present if descending else not present, value if present else 0)
+
+
+def _matches(group: Group, needle: str) -> bool:
+    p = group.proc
+    hay = [str(p.pid), p.name, p.cmdline, p.user or "", _gpu_text(group.gpus)]
+    hay += [f"{w.pid} {w.name}" for w in p.workers]
+    return any(needle in h.lower() for h in hay)
+
+
+def build_rows(snapshot: Snapshot, sort: str = "gpu", reverse: bool = False, tree: bool = True,
+               needle: str = "") -> list[Row]:
+    """The table's rows in display order. ``reverse`` flips the column's natural direction."""
+    descending = (sort in DESCENDING) != reverse
+    needle = needle.strip().lower()
+    every = sorted(groups(snapshot), key=lambda g: g.proc.pid)
+    chosen = [g for g in every if not needle or _matches(g, needle)]
+
+    def proc_key(g: Group):
+        p = g.proc
+        return _sort_value(sort, descending, g.gpus, p.pid, p.gpu_mem, p.sm_util, p.cpu_percent,
+                           p.rss)
+
+    def worker_key(item: tuple[WorkerSample, Group]):
+        w, g = item
+        return _sort_value(sort, descending, g.gpus, w.pid, None, None, w.cpu_percent, w.rss)
+
+    # A child that holds a GPU itself is listed as a process, not again as a worker.
+    own_rows = {g.proc.pid for g in every}
+    rows: list[Row] = []
+    if tree:
+        for g in sorted(chosen, key=proc_key, reverse=descending):
+            p = g.proc
+            rows.append(Row(str(p.pid), p.pid, None, _proc_cells(g), p.visible))
+            mine = sorted((w for w in p.workers if w.pid not in own_rows), key=lambda w: w.pid)
+            workers = sorted(((w, g) for w in mine),
+                             key=worker_key, reverse=descending)
+            for i, (w, _) in enumerate(workers):
+                cells = _worker_cells(w, g.gpus, i == len(workers) - 1, True, p.pid)
+                rows.append(Row(str(w.pid), w.pid, p.pid, cells))
+        return rows
+    items: list[tuple[tuple, Row]] = []
+    for g in chosen:
+        p = g.proc
+        items.append((proc_key(g), Row(str(p.pid), p.pid, None, _proc_cells(g), p.visible)))
+        for w in p.workers:
+            if w.pid in own_rows:
+                continue
+            cells = _worker_cells(w, g.gpus, False, False, p.pid)
+            items.append((worker_key((w, g)), Row(str(w.pid), w.pid, p.pid, cells)))
+    items.sort(key=lambda item: item[1].pid)
+    items.sort(key=lambda item: item[0], reverse=descending)
+    return [row for _, row in items]

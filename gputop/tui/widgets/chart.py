@@ -1,0 +1,127 @@
+"""A small braille line-area chart with a fixed y-range, and height-1 block sparklines.
+
+Built here rather than on plotext or the built-in Sparkline: the built-in one rescales to its
+data (a 3 % blip would fill it), and plotext-based widgets cost several times more per frame.
+Each braille cell holds 2x4 dots, so a chart w cells wide shows 2w time bins and 4h levels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from rich.text import Text
+from textual.widget import Widget
+
+# Dot bits of one braille cell, from the bottom row up, for the left and right dot columns.
+_LEFT = (0x40, 0x04, 0x02, 0x01)
+_RIGHT = (0x80, 0x20, 0x10, 0x08)
+# _CELLS[left * 5 + right]: the cell with the bottom `left` / `right` dots of each column filled.
+_CELLS = [
+    chr(0x2800 + sum(_LEFT[:left]) + sum(_RIGHT[:right]))
+    for left in range(5)
+    for right in range(5)
+]
+_BLOCKS = " ▁▂▃▄▅▆▇█"
+_EMPTY = np.zeros(0)
+
+
+def resample(t: np.ndarray, v: np.ndarray, start: float, end: float, bins: int) -> np.ndarray:
+    """Mean of ``v`` per time bin over [start, end]; NaN where a bin has no sample.
+
+    A bin narrower than the sampling interval would leave a comb of holes, so a hole shorter
+    than the typical spacing of the samples takes the value before it.
+    """
+    out = np.full(bins, np.nan)
+    if bins <= 0 or end <= start or len(t) == 0:
+        return out
+    keep = (t >= start) & (t <= end) & ~np.isnan(v)
+    if not keep.any():
+        return out
+    tk, vk = t[keep], v[keep].astype(np.float64)
+    idx = np.minimum(((tk - start) / (end - start) * bins).astype(np.int64), bins - 1)
+    sums = np.bincount(idx, weights=vk, minlength=bins)
+    counts = np.bincount(idx, minlength=bins)
+    filled = counts > 0
+    out[filled] = sums[filled] / counts[filled]
+    if len(tk) > 1:
+        spacing = float(np.median(np.diff(tk))) / (end - start) * bins
+        reach = math.ceil(spacing)
+        if reach > 1:
+            positions = np.arange(bins)
+            last = np.maximum.accumulate(np.where(filled, positions, -1))
+            hole = ~filled & (last >= 0) & (positions - last < reach) & (positions < idx[-1])
+            out[hole] = out[last[hole]]
+    return out
+
+
+def _levels(values: np.ndarray, vmax: float, steps: int) -> np.ndarray:
+    """Values to 0..steps; -1 where there is no data; any sample shows at least one step."""
+    scaled = np.where(np.isnan(values), -1.0, np.clip(values / vmax, 0.0, 1.0) * steps)
+    levels = np.rint(scaled).astype(np.int64)
+    levels[(levels == 0) & (scaled >= 0)] = 1
+    return levels
+
+
+def braille_lines(values: np.ndarray, vmax: float, height: int) -> list[str]:
+    """Rows (top first) of an area chart; ``values`` has two entries per cell, NaN = no data."""
+    if len(values) % 2:
+        values = np.append(values, np.nan)
+    if vmax <= 0 or not len(values):
+        return [" " * (len(values) // 2)] * height
+    levels = _levels(values, vmax, height * 4)
+    rows = []
+    for row in range(height):
+        base = (height - 1 - row) * 4
+        dots = np.clip(levels - base, 0, 4)
+        codes = dots[0::2] * 5 + dots[1::2]
+        rows.append("".join([_CELLS[c] for c in codes.tolist()]))
+    return rows
+
+
+def sparkline(values: np.ndarray, vmax: float) -> str:
+    """One row of block characters, 8 levels; blank where there is no data."""
+    if vmax <= 0:
+        return " " * len(values)
+    return "".join([_BLOCKS[max(0, c)] for c in _levels(values, vmax, 8).tolist()])
+
+
+def spark_series(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: float,
+                 width: int) -> str:
+    return sparkline(resample(t, v, start, end, width), vmax)
+
+
+class BrailleChart(Widget):
+    """A time series over a fixed window and a fixed y-range; one row becomes a sparkline."""
+
+    DEFAULT_CSS = """
+    BrailleChart { height: 2; min-height: 1; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._t: np.ndarray = _EMPTY
+        self._v: np.ndarray = _EMPTY
+        self._start = 0.0
+        self._end = 0.0
+        self._vmax = 0.0
+
+    def set_series(self, t: np.ndarray, v: np.ndarray, start: float, end: float,
+                   vmax: float | None) -> None:
+        """Show ``v`` over [start, end] against 0..vmax (None: the range is unknown)."""
+        self._t, self._v = t, v
+        self._start, self._end = start, end
+        self._vmax = vmax or 0.0
+        self.refresh()
+
+    def render(self) -> Text:
+        width, height = self.size.width, self.size.height
+        if width <= 0 or height <= 0:
+            return Text("")
+        if not self._vmax:
+            return Text("\n".join(["n/a".center(width)] + [""] * (height - 1)), style="dim")
+        if height == 1:
+            return Text(spark_series(self._t, self._v, self._start, self._end, self._vmax,
+                                     width))
+        values = resample(self._t, self._v, self._start, self._end, width * 2)
+        return Text("\n".join(braille_lines(values, self._vmax, height)))

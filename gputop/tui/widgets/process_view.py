@@ -1,0 +1,108 @@
+"""Enter on a process: its CPU, its DataLoader workers' CPU and its GPU memory over the chosen
+window, from the history, with the workers listed below."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from gputop.format import bytes_h, pct
+from gputop.model import ProcSample, Snapshot
+from gputop.tui.frames import WINDOW_NAMES, Frame
+from gputop.tui.rows import groups, short_command
+from gputop.tui.widgets.chart import BrailleChart
+from gputop.tui.widgets.text_line import TextLine
+
+
+def cpu_ceiling(values: np.ndarray) -> float:
+    """CPU charts top out at whole cores (100 % each), the fewest that hold the data."""
+    finite = values[~np.isnan(values)] if len(values) else values
+    peak = float(finite.max()) if len(finite) else 0.0
+    return 100.0 * max(1, math.ceil(peak / 100.0))
+
+
+def find_process(snapshot: Snapshot, pid: int) -> tuple[ProcSample | None, tuple[int, ...]]:
+    for group in groups(snapshot):
+        if group.proc.pid == pid:
+            return group.proc, group.gpus
+    return None, ()
+
+
+class ProcessScreen(Screen[None]):
+    DEFAULT_CSS = """
+    ProcessScreen { layout: vertical; }
+    ProcessScreen #proc-title { height: auto; padding: 0 1; background: $panel; }
+    ProcessScreen .chart-box { border: round $secondary; height: 1fr; min-height: 3; }
+    ProcessScreen #proc-workers { height: auto; max-height: 10; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape", "close", "back")]
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid = pid
+        self.title_line = TextLine(id="proc-title")
+        self.charts = {name: BrailleChart(classes=f"chart chart-{name}")
+                       for name in ("cpu", "workers_cpu", "gpu_mem")}
+        self.boxes: dict[str, Vertical] = {}
+        self.worker_list = TextLine(id="proc-workers")
+
+    def compose(self) -> ComposeResult:
+        yield self.title_line
+        for name, chart in self.charts.items():
+            box = self.boxes[name] = Vertical(chart, classes="chart-box")
+            yield box
+        yield self.worker_list
+        yield Footer()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def update_frame(self, frame: Frame) -> None:
+        proc, gpus = find_process(frame.snapshot, self.pid)
+        window = WINDOW_NAMES[frame.window]
+        title = Text(f"pid {self.pid}", style="bold")
+        if proc is None:
+            title.append("  (ended)", style="bold red")
+        else:
+            gpu_text = ",".join(map(str, gpus)) or "-"
+            title.append(f"  {proc.user or '?'}  GPU {gpu_text}  {proc.state or '-'}  ")
+            title.append(short_command(proc))
+        self.title_line.set_text(title)
+        series = frame.process
+        if series is None or series.pid != self.pid:
+            return
+        cpu_top = cpu_ceiling(series.cpu[1])
+        workers_top = cpu_ceiling(series.workers_cpu[1])
+        mem_total = sum(
+            g.mem_total or 0 for g in frame.snapshot.gpus if g.index in gpus
+        ) or None
+        now_cpu = pct(proc.cpu_percent) if proc else "n/a"
+        now_workers = pct(proc.tree_cpu_percent - (proc.cpu_percent or 0)) if proc else "n/a"
+        self.boxes["cpu"].border_title = (
+            f"process CPU {now_cpu}  (0-{cpu_top:.0f} %, {window})")
+        self.boxes["workers_cpu"].border_title = (
+            f"DataLoader workers CPU, total {now_workers}  (0-{workers_top:.0f} %, {window})")
+        self.boxes["gpu_mem"].border_title = (
+            f"GPU memory {bytes_h(proc.gpu_mem) if proc else 'n/a'}  "
+            f"(0-{bytes_h(mem_total)}, {window})")
+        self.charts["cpu"].set_series(*series.cpu, frame.start, frame.end, cpu_top)
+        self.charts["workers_cpu"].set_series(*series.workers_cpu, frame.start, frame.end,
+                                              workers_top)
+        self.charts["gpu_mem"].set_series(*series.gpu_mem, frame.start, frame.end, mem_total)
+        lines = Text()
+        if proc is not None:
+            if not proc.workers:
+                lines.append("no DataLoader workers", style="dim")
+            for i, w in enumerate(proc.workers):
+                if i:
+                    lines.append("\n")
+                lines.append(f"{w.pid:>7}  {w.name:<16} CPU {pct(w.cpu_percent):>5}  "
+                             f"RSS {bytes_h(w.rss):>6}  {w.state}")
+        self.worker_list.set_text(lines)

@@ -1,0 +1,414 @@
+"""The live monitor under Textual's pilot: every key, on fixed snapshots (no sampler thread)
+and once on the real sampler thread over a demo scenario."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from gputop.model import ProcSample, WorkerSample
+from gputop.tui.app import FrameReady, GputopApp
+from gputop.tui.frames import build_frame
+from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
+from gputop.tui.widgets.help_screen import HelpScreen
+from gputop.tui.widgets.process_view import ProcessScreen
+from tests.tui_data import scenario_snapshots, screen_text, with_process
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run_async(test):
+    """Run an async test on a fresh event loop (no asyncio plugin is needed)."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+TOUR = scenario_snapshots("tour", 90)
+
+
+async def until(pilot, condition, tries: int = 200):
+    """Let the app run until ``condition()`` holds (bounded: fails after ``tries`` pauses)."""
+    for _ in range(tries):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"condition not met: {condition}")
+
+
+async def started(pilot):
+    await until(pilot, lambda: pilot.app.frames_rendered > 0 and pilot.app.table.row_count)
+
+
+def selected_pid(app) -> int:
+    return app.table.selected_row().pid
+
+
+def select(app, pid: int) -> None:
+    app.table.move_cursor(row=app.table.get_row_index(str(pid)))
+
+
+@pytest.fixture
+def sleeper():
+    """A real process the test owns, standing in for a training job."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def snapshots_with(sleeper) -> list:
+    ps = psutil.Process(sleeper.pid)
+    proc = ProcSample(pid=sleeper.pid, name="python", gpu_mem=2 * 1024**3, sm_util=50.0,
+                      cpu_percent=10.0, rss=ps.memory_info().rss, user="tester",
+                      state="sleeping", create_time=ps.create_time(),
+                      cmdline="python -c sleep-test",
+                      workers=(WorkerSample(pid=sleeper.pid + 100000, name="pt_data_worker",
+                                            cpu_percent=5.0, rss=1, state="sleeping"),))
+    return with_process(TOUR[-5:], proc, gpu=0)
+
+
+def alive(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None
+
+
+@run_async
+async def test_first_frame_shows_gpus_host_and_worker_rows():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        text = screen_text(app)
+        assert "NVIDIA A100-SXM4-80GB" in text and "NVIDIA H100 80GB HBM3" in text
+        assert "└─ pt_data_worker" in text
+        assert "node-07" in text and "10:01:29" in text  # the snapshot's time, not the clock
+        assert "no findings" in text  # the findings panel fits at 120x40
+        assert "LOST" in text  # GPU 7 fell off the bus at 20 s
+
+
+@run_async
+async def test_rows_are_updated_in_place_and_selection_survives():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await pilot.press("down", "down", "down")
+        before = selected_pid(app)
+        row_keys = list(app.table.rows)
+        for snap in TOUR[-10:]:  # new frames: same processes, other numbers
+            app.feed.history.record(snap)
+            app.feed.request_frame()
+        rendered = app.frames_rendered
+        await until(pilot, lambda: app.frames_rendered > rendered)
+        assert selected_pid(app) == before
+        assert list(app.table.rows) == row_keys  # the same Row objects: nothing rebuilt
+
+
+@run_async
+async def test_stale_frames_are_dropped_not_queued():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        rendered = app.frames_rendered
+        for _ in range(40):  # a burst, faster than the UI handles them
+            app.feed.request_frame()
+        await until(pilot, lambda: app.frame.seq == app.feed.latest_seq)
+        assert app.frames_rendered - rendered < 40
+        # A frame that arrives after a newer one was posted is not drawn.
+        old = build_frame(app.feed.history, TOUR[0], 60.0, seq=1)
+        app.post_message(FrameReady(old))
+        await pilot.pause()
+        assert app.frame.seq == app.feed.latest_seq and app.frames_dropped >= 1
+
+
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
+@run_async
+async def test_quit_keys_exit_without_signalling(key, sleeper):
+    app = GputopApp(snapshots=snapshots_with(sleeper))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        select(app, sleeper.pid)
+        await pilot.pause()
+        assert selected_pid(app) == sleeper.pid
+        await pilot.press(key)
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_code == 0
+    assert alive(sleeper) and psutil.Process(sleeper.pid).status() != psutil.STATUS_ZOMBIE
+
+
+@run_async
+async def test_space_pauses_and_resumes():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await pilot.press("space")
+        assert app.paused and app.feed.paused
+        await until(pilot, lambda: "PAUSED" in screen_text(app))
+        await pilot.press("space")
+        await until(pilot, lambda: "LIVE" in screen_text(app) and not app.paused)
+
+
+@pytest.mark.parametrize("key,window,label", [
+    ("2", 600.0, "10 min"), ("3", 3600.0, "1 h"), ("4", None, "whole run"), ("1", 60.0, "1 min"),
+])
+@run_async
+async def test_number_keys_pick_the_chart_window(key, window, label):
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await started(pilot)
+        seq = app.frame.seq
+        await pilot.press(key)
+        await until(pilot, lambda: app.frame.seq > seq)
+        assert app.frame.window == window
+        assert f"window {label}" in screen_text(app)
+        span = app.frame.end - app.frame.start
+        assert span == pytest.approx(window if window else 89.0)
+
+
+@run_async
+async def test_c_toggles_compact_mode_and_small_terminals_start_compact():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await started(pilot)
+        assert not app.plan.compact  # 8 cards fit at 160x50
+        await pilot.press("c")
+        assert app.plan.compact
+        await until(pilot, lambda: "⣿" not in screen_text(app))  # no braille charts left
+        await pilot.press("c")
+        assert not app.plan.compact
+    small = GputopApp(snapshots=TOUR)
+    async with small.run_test(size=(80, 24)) as pilot:
+        await started(pilot)
+        assert small.plan.compact
+
+
+@run_async
+async def test_s_cycles_the_sort_and_shift_s_reverses():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        assert app.table.sort_key == "gpu"
+        await pilot.press("s")
+        assert app.table.sort_key == "gpu_mem"
+        mains = [r for r in app.table.rows_by_key.values() if r.parent is None]
+        ordered = [app.table.get_row_index(r.key) for r in mains]
+        mems = [r.cells["gpu_mem"] for r in sorted(mains, key=lambda r: ordered[mains.index(r)])]
+        assert mems[0] == max(mems, key=lambda m: float(m[:-1]))  # biggest first
+        first = app.table.get_row_at(0)[2].plain.strip()
+        await pilot.press("S")
+        assert app.table.reverse
+        assert app.table.get_row_at(0)[2].plain.strip() != first
+        assert "GPU MEM▲" in screen_text(app)
+
+
+@run_async
+async def test_slash_filters_and_escape_clears():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        total = app.table.row_count
+        await pilot.press("slash")
+        await pilot.press(*"host-sync")
+        await until(pilot, lambda: app.table.row_count == 1)
+        assert app.table.get_row_at(0)[2].plain.strip() == "4200"
+        await pilot.press("enter")  # keeps the filter, back to the table
+        assert app.table.has_focus and app.table.row_count == 1
+        await pilot.press("slash", "escape")
+        await until(pilot, lambda: app.table.row_count == total)
+
+
+@run_async
+async def test_t_toggles_worker_tree_and_flat_list():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        assert "└─ pt_data_worker" in screen_text(app)
+        await pilot.press("t")
+        assert not app.table.tree_view
+        await until(pilot, lambda: "└─" not in screen_text(app))
+        await pilot.press("t")
+        await until(pilot, lambda: "└─ pt_data_worker" in screen_text(app))
+
+
+@run_async
+async def test_enter_opens_the_process_view_with_charts_from_history():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await pilot.press("down")  # a worker row: the view is of its training process
+        assert app.table.selected_row().parent == 4100
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ProcessScreen))
+        await until(pilot, lambda: app.frame.process is not None)
+        assert app.frame.process.pid == 4100 and len(app.frame.process.cpu[0]) == 61  # both ends of 60 s
+        text = screen_text(app)
+        assert "pid 4100" in text and "DataLoader workers CPU" in text
+        assert "GPU memory" in text and "⣿" in text  # a drawn chart
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ProcessScreen))
+        assert app.feed.focus_pid is None
+
+
+@run_async
+async def test_question_mark_shows_help():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        text = screen_text(app)
+        assert "never signals" in text and "chart window" in text
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+@run_async
+async def test_k_asks_naming_the_process_and_cancel_leaves_it(sleeper):
+    app = GputopApp(snapshots=snapshots_with(sleeper))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        select(app, sleeper.pid)
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmSignalScreen))
+        text = screen_text(app)
+        assert f"Send SIGTERM to process {sleeper.pid}?" in text
+        assert "python -c sleep-test" in text
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmSignalScreen))
+        await pilot.pause(0.2)
+    assert alive(sleeper)
+
+
+@run_async
+async def test_k_then_yes_sends_sigterm(sleeper):
+    app = GputopApp(snapshots=snapshots_with(sleeper))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        select(app, sleeper.pid)
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmSignalScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: not alive(sleeper), tries=500)
+    assert sleeper.returncode == -15
+
+
+@run_async
+async def test_p_without_an_agent_says_how_to_add_one(sleeper):
+    app = GputopApp(snapshots=snapshots_with(sleeper))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        select(app, sleeper.pid)
+        await pilot.press("p")
+        await until(pilot, lambda: any("has no gputop agent" in n.message
+                                       for n in app._notifications))
+        note = next(n for n in app._notifications if "agent" in n.message).message
+        assert str(sleeper.pid) in note and "gputop run -- python train.py" in note
+        assert "\n" not in note
+
+
+@run_async
+async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch):
+    ipc = pytest.importorskip("gputop.ipc")
+    agent = pytest.importorskip("gputop.agent")
+    if not hasattr(ipc, "list_agents") or not hasattr(agent, "install"):
+        pytest.skip("the agent is not built yet")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    tmp_path.chmod(0o700)
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import gputop.agent, time; gputop.agent.install(); "
+         "print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env={**__import__("os").environ,
+                                                "XDG_RUNTIME_DIR": str(tmp_path)})
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        ps = psutil.Process(job.pid)
+        proc = ProcSample(pid=job.pid, name="python", cpu_percent=1.0, user="tester",
+                          state="sleeping", create_time=ps.create_time(), cmdline="python job")
+        app = GputopApp(snapshots=with_process(TOUR[-3:], proc))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await started(pilot)
+            for _ in range(100):
+                if job.pid in ipc.list_agents():
+                    break
+                await pilot.pause(0.05)
+            select(app, job.pid)
+            await pilot.pause()
+            assert selected_pid(app) == job.pid
+            await pilot.press("p")
+            await until(pilot, lambda: any(f"capture requested for pid {job.pid}" in n.message
+                                           for n in app._notifications))
+    finally:
+        job.kill()
+        job.wait()
+
+
+@run_async
+async def test_findings_panel_renders_and_marks_the_gpu():
+    from diagnostics.findings import Finding
+
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await started(pilot)
+        finding = Finding("dataloader-stall", "warning", "GPU 0 waits on the input pipeline",
+                          "util 3% while 2 workers burn 99% CPU", "raise num_workers",
+                          "nsys profile ...", gpu=0, pid=4100)
+        app.show_findings([finding])
+        await pilot.pause()
+        text = screen_text(app)
+        assert "dataloader-stall" in text and "fix: raise num_workers" in text
+        assert app.cards[0].has_class("-finding-warning")
+        assert not app.cards[1].has_class("-finding-warning")
+        app.show_findings([])
+        await pilot.pause()
+        assert "no findings" in screen_text(app)
+
+
+@run_async
+async def test_resize_changes_the_layout_only_then():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot)
+        assert app.plan.compact and not app.findings.display
+        await pilot.resize_terminal(200, 60)
+        await until(pilot, lambda: not app.plan.compact)
+        assert app.findings.display
+        text = screen_text(app)
+        assert "╭─  0 · NVIDIA A100-SXM4-80GB" in text
+
+
+@run_async
+async def test_live_sampler_thread_on_a_demo_scenario():
+    """The real path: the thread worker opens the demo, samples, records and posts frames;
+    quitting stops the stand-in processes."""
+    app = GputopApp(demo="input-starved", interval=0.2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.frames_rendered >= 3, tries=1000)
+        text = screen_text(app)
+        assert "NVIDIA A100-SXM4-80GB" in text and "demo: input-starved" in text
+        assert "demo-loader" in text
+        # The demo's stand-ins: GPU processes and their workers (agent processes of other
+        # jobs on this machine may be listed too; they are not ours to check).
+        pids = [pid for g in app.frame.snapshot.gpus for p in g.processes
+                for pid in (p.pid, *(w.pid for w in p.workers))]
+        assert len(pids) == 3 and all(str(pid) in app.table.rows_by_key for pid in pids)
+        assert app.feed.history.samples >= 3
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running)
+    gone = [pid for pid in pids if not psutil.pid_exists(pid)
+            or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
+    for _ in range(100):
+        if len(gone) == len(pids):
+            break
+        time.sleep(0.05)
+        gone = [pid for pid in pids if not psutil.pid_exists(pid)
+                or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
+    left = {pid: psutil.Process(pid).as_dict(["status", "cmdline", "ppid"])
+            for pid in pids if pid not in gone and psutil.pid_exists(pid)}
+    assert not left
