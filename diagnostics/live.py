@@ -227,7 +227,7 @@ def rule_hung(ctx: _Context) -> list[Finding]:
         if not gpus[-1].processes or any((g.util_gpu or 0) >= 1 for g in gpus):
             continue
         pid = gpus[-1].processes[0].pid
-        steps = [(p.agent or {}).get("step_count") for p in _proc_series(gpus, pid)]
+        steps = [(p.agent or {}).get("steps") for p in _proc_series(gpus, pid)]
         steps = [s for s in steps if s is not None]
         if steps and steps[-1] != steps[0]:
             continue  # steps still advance: slow, not hung

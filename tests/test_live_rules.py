@@ -97,7 +97,7 @@ def test_gpu_idle_then_hung():
     assert ids(final(idle, 70)) == {"gpu-idle", "hung"}
     # Steps advancing (agent) means slow, not hung.
     moving = lambda t: snap(t, gpu(util=0, processes=(  # noqa: E731
-        proc(cpu=1, agent={"step_count": int(t)}),)))
+        proc(cpu=1, agent={"steps": int(t)}),)))
     assert "hung" not in ids(final(moving, 70))
 
 

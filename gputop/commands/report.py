@@ -1,15 +1,66 @@
-"""`gputop report`: not built yet."""
+"""`gputop report`: summarize a recording; write metrics.json; gate on a baseline."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from pathlib import Path
 
 from gputop.errors import UsageError
+from gputop.recording import RecordingError, _atomic_write_bytes, read_recording
+from gputop.report import compare, load_metrics, parse_regression, summarize
+from gputop.report_text import format_html, format_report
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    sub.add_parser("report", parents=[common], help="(not built yet)")
+    p = sub.add_parser(
+        "report",
+        parents=[common],
+        help="summarize a recording; compare it with a baseline",
+        description="Per GPU: utilization mean/p5/p50/p95, peak memory, mean power, energy, time "
+        "throttled and why; per training process: steps/s, p50/p95 step time, DataLoader wait; "
+        "the findings as a timeline; charts. Writes metrics.json next to the recording. With "
+        "--baseline, exits 1 when throughput fell or p95 step time rose by more than "
+        "--max-regression.",
+    )
+    p.add_argument("recording", metavar="PATH", help="a recording made by `gputop record`")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    p.add_argument("--metrics", metavar="FILE",
+                   help="where to write metrics.json (default: metrics.json beside PATH)")
+    p.add_argument("--baseline", metavar="OTHER", help="a recording or metrics.json to compare with")
+    p.add_argument("--max-regression", default="5%", metavar="PCT",
+                   help="allowed throughput drop / p95 step time rise (default 5%%)")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UsageError("`gputop report` is not built yet")
+    try:
+        max_regression = parse_regression(args.max_regression)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    path = Path(args.recording)
+    try:
+        rec = read_recording(path)
+        summary = summarize(rec)
+        # Beside the recording, not in it: pandas.read_parquet(PATH) must see only Parquet.
+        metrics_path = Path(args.metrics) if args.metrics else path.parent / "metrics.json"
+        _atomic_write_bytes(metrics_path, json.dumps(summary["metrics"], indent=1).encode())
+        if args.html:
+            _atomic_write_bytes(Path(args.html), format_html(summary, rec).encode())
+        if args.json:
+            print(json.dumps(summary, default=str))
+        else:
+            print(format_report(summary, rec, width=min(100, os.get_terminal_size(2).columns - 14)
+                                if sys.stderr.isatty() else 72))
+        if args.baseline:
+            regressed, reason = compare(summary["metrics"], load_metrics(Path(args.baseline)),
+                                        max_regression)
+            print(f"gputop: {reason}", file=sys.stderr)
+            return 1 if regressed else 0
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write: {exc}", exit_code=1) from None
+    return 0

@@ -59,7 +59,7 @@ def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
         a = proc.agent
         lines.append(
             f"{'':>13}agent: {num(a.get('steps_per_s'), 2)} steps/s, step p50 "
-            f"{num((a.get('step_time_p50') or 0) * 1000, 0)} ms, DataLoader wait "
+            f"{num((a.get('step_time_p50_s') or 0) * 1000, 0)} ms, DataLoader wait "
             f"{pct((a.get('dataloader_wait_share') or 0) * 100)}"
         )
     for i, w in enumerate(proc.workers):

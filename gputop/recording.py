@@ -1,0 +1,203 @@
+"""Parquet recordings of long runs: written in parts so a killed recorder loses at most one part.
+
+Layout of a recording ``run.parquet/`` (a directory, as Spark and pyarrow datasets write them):
+
+* ``part-000001.parquet`` ...: one row per GPU per sample (``pandas.read_parquet("run.parquet")``
+  reads exactly these: pyarrow skips names starting with ``_`` or ``.``);
+* ``_processes/part-*.parquet``: one row per training process per sample, with agent telemetry;
+* ``_host/part-*.parquet``: one row per sample;
+* ``_findings/part-*.parquet``: one row per finding raised or cleared by the live rules;
+* ``_meta.json``: host, driver, GPU models, gputop version, interval.
+
+Each part is written to a hidden temporary file and renamed into place, so every visible part is
+complete. Parts are flushed every ``flush_every`` seconds (30 by default): buffers are emptied at
+each flush, so the recorder's memory does not grow with the length of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gputop import __version__
+from gputop.model import Snapshot
+
+TABLES = ("gpus", "processes", "host", "findings")
+_SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "_findings"}
+
+GPU_COLUMNS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w",
+               "energy_j", "pcie_tx_mbs", "pcie_rx_mbs", "temperature_c", "sm_clock_mhz",
+               "sm_clock_max_mhz", "sm_active", "tensor_active", "ecc_volatile")
+AGENT_COLUMNS = ("steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
+                 "dataloader_wait_share")
+
+
+class RecordingError(Exception):
+    """A recording that cannot be written or read: one line for the user."""
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_write_table(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def gpu_rows(snap: Snapshot) -> list[dict[str, Any]]:
+    rows = []
+    for g in snap.gpus:
+        row: dict[str, Any] = {"time": snap.time, "gpu": g.index, "name": g.name, "uuid": g.uuid,
+                               "lost": g.lost, "clock_events": ",".join(g.clock_events)}
+        for name in GPU_COLUMNS:
+            value = getattr(g, name)
+            row[name] = None if value is None else float(value)
+        rows.append(row)
+    return rows
+
+
+def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
+    rows, seen = [], set()
+    placed = [(g.index, p) for g in snap.gpus for p in g.processes]
+    placed += [(None, p) for p in snap.other_processes]
+    for gpu, p in placed:
+        if (gpu, p.pid) in seen:
+            continue
+        seen.add((gpu, p.pid))
+        agent = p.agent or {}
+        row: dict[str, Any] = {
+            "time": snap.time, "pid": p.pid, "gpu": gpu, "name": p.name, "visible": p.visible,
+            "cpu_percent": p.cpu_percent, "workers": len(p.workers),
+            "workers_cpu_percent": sum(w.cpu_percent or 0.0 for w in p.workers),
+            "rss": None if p.rss is None else float(p.rss),
+            "gpu_mem": None if p.gpu_mem is None else float(p.gpu_mem),
+        }
+        for name in AGENT_COLUMNS:
+            value = agent.get(name)
+            row[name] = None if value is None else float(value)
+        rows.append(row)
+    return rows
+
+
+def host_row(snap: Snapshot) -> dict[str, Any]:
+    h = snap.host
+    return {"time": snap.time, "cpu_percent": h.cpu_percent, "iowait": h.iowait,
+            "memory_used": None if h.memory_used is None else float(h.memory_used),
+            "load_1": h.load_1}
+
+
+@dataclass
+class Recorder:
+    """Buffers rows and writes them as Parquet parts under ``path``."""
+
+    path: Path
+    flush_every: float = 30.0
+    _buffers: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    _part: int = 0
+    _last_flush: float | None = None
+    rows_written: int = 0
+
+    def create(self, meta: dict[str, Any]) -> None:
+        """Make the recording directory (it must not hold a recording already) and its meta."""
+        try:
+            if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
+                raise RecordingError(f"{self.path} already exists; choose a new path or remove it")
+            for table in TABLES:
+                (self.path / _SUBDIR[table]).mkdir(parents=True, exist_ok=True)
+            _atomic_write_bytes(self.path / "_meta.json", json.dumps(meta, indent=1).encode())
+        except OSError as exc:
+            raise RecordingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def add(self, snap: Snapshot, findings: Iterable[dict[str, Any]] = ()) -> None:
+        self._buffers["gpus"].extend(gpu_rows(snap))
+        self._buffers["processes"].extend(process_rows(snap))
+        self._buffers["host"].append(host_row(snap))
+        self._buffers["findings"].extend(findings)
+        if self._last_flush is None:
+            self._last_flush = snap.time
+        if snap.time - self._last_flush >= self.flush_every:
+            self.flush(snap.time)
+
+    def flush(self, now: float | None = None) -> None:
+        """Write every non-empty buffer as a new part, then empty the buffers."""
+        if not any(self._buffers.values()):
+            return
+        self._part += 1
+        try:
+            for table, rows in self._buffers.items():
+                if not rows:
+                    continue
+                target = self.path / _SUBDIR[table] / f"part-{self._part:06d}.parquet"
+                _atomic_write_table(target, pa.Table.from_pylist(rows))
+                self.rows_written += len(rows)
+        except OSError as exc:
+            raise RecordingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        self._buffers = {t: [] for t in TABLES}
+        self._last_flush = now if now is not None else self._last_flush
+
+
+def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
+    return {
+        "gputop_version": __version__,
+        "host": snap.host.hostname or socket.gethostname(),
+        "started": snap.time,
+        "interval_s": interval,
+        "driver_version": snap.driver.driver_version,
+        "cuda_version": snap.driver.cuda_version,
+        "simulated": snap.driver.simulated,
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snap.gpus],
+    }
+
+
+@dataclass
+class Recording:
+    """A recording read back: one DataFrame per table, and the meta."""
+
+    path: Path
+    meta: dict[str, Any]
+    gpus: pd.DataFrame
+    processes: pd.DataFrame
+    host: pd.DataFrame
+    findings: pd.DataFrame
+
+
+def _read_table(directory: Path) -> pd.DataFrame:
+    parts = sorted(p for p in directory.glob("part-*.parquet"))
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True)
+
+
+def read_recording(path: Path) -> Recording:
+    if not path.is_dir() or not (path / "_meta.json").exists():
+        raise RecordingError(f"{path} is not a gputop recording (no {path / '_meta.json'})")
+    try:
+        meta = json.loads((path / "_meta.json").read_text())
+        tables = {t: _read_table(path / _SUBDIR[t]) for t in TABLES}
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise RecordingError(f"cannot read {path}: {exc}") from None
+    if tables["gpus"].empty and tables["host"].empty:
+        raise RecordingError(f"{path} holds no samples yet (nothing was flushed)")
+    return Recording(path, meta, **tables)

@@ -1,0 +1,115 @@
+"""`gputop record` and `gputop report`: Parquet parts, crash safety, summaries, baseline gate."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO, cli_env, run_cli, wait_for
+
+TRAIN = str(REPO / "tests" / "scripts" / "steady_train.py")
+
+
+def test_demo_recording_report_json_and_html(tmp_path):
+    out = tmp_path / "run.parquet"
+    rec = run_cli("--demo", "tour", "record", "-o", str(out), "--duration", "12",
+                  "--flush-every", "4")
+    assert rec.returncode == 0, rec.stderr
+    frame = pd.read_parquet(out)  # plain pandas: one row per GPU per sample
+    assert frame.groupby("time").size().unique().tolist() == [8]
+    assert {"gpu", "util_gpu", "mem_used", "power_w", "clock_events"} <= set(frame.columns)
+    assert len(list(out.glob("part-*.parquet"))) >= 2  # flushed in parts
+
+    report = run_cli("report", str(out), "--html", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr
+    text = report.stdout
+    assert "UTIL mean/p5/p50/p95" in text and "NVIDIA H100 80GB HBM3" in text
+    assert "findings timeline" in text and "dataloader-stall" in text
+    assert "utilization (0-100 %)" in text and "█" in text
+    assert "sw_power_cap" in text  # time throttled, and why
+    page = (tmp_path / "r.html").read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "<script" not in page
+
+    data = json.loads(run_cli("report", str(out), "--json").stdout)
+    gpus = {g["gpu"]: g for g in data["gpus"]}
+    assert len(gpus) == 8 and gpus[2]["throttled_by"]["sw_power_cap"] > 0
+    assert gpus[2]["energy_kwh"] > 0 and gpus[0]["util_p95"] >= gpus[0]["util_p5"]
+    # The same numbers as the text report.
+    assert f"{gpus[2]['util_mean']:.0f}/" in text
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["mean_gpu_utilization"] == data["metrics"]["mean_gpu_utilization"]
+    assert metrics["environment"]["gpu_models"] and metrics["environment"]["gputop_version"]
+
+
+def test_killed_recorder_leaves_a_readable_recording(tmp_path):
+    out = tmp_path / "killed.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "gputop", "--demo", "healthy", "record", "-o",
+                             str(out), "--flush-every", "1"], env=cli_env(), cwd=REPO,
+                            stderr=subprocess.PIPE)
+    wait_for(lambda: len(list(out.glob("part-*.parquet"))) >= 4, timeout=30, interval=0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    frame = pd.read_parquet(out)
+    assert frame["time"].max() - frame["time"].min() >= 3
+    assert not list(out.glob("*.tmp"))  # nothing visible is half-written
+    report = run_cli("report", str(out))
+    assert report.returncode == 0 and "[0]" in report.stdout
+
+
+def test_recording_errors_are_one_line(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("keep me")
+    for target, code in ((tmp_path / "taken", 1), (Path("/proc/gputop-cannot/run.parquet"), 1)):
+        result = run_cli("--demo", "healthy", "record", "-o", str(target), "--duration", "2")
+        assert result.returncode == code, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert (tmp_path / "taken" / "x").read_text() == "keep me"
+    bad = run_cli("report", str(tmp_path / "nothing"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def record_training(tmp_path: Path, name: str, slowdown: float) -> Path:
+    """Record (real host, no GPU) a real training job started with `gputop run`."""
+    job = subprocess.Popen([sys.executable, "-m", "gputop", "run", "--", sys.executable, TRAIN,
+                            "--seconds", "40", "--step-ms", "100", "--slowdown", str(slowdown)],
+                           env=cli_env(), cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        time.sleep(2)  # past the first steps
+        out = tmp_path / f"{name}.parquet"
+        rec = run_cli("record", "-o", str(out), "--duration", "10", "--flush-every", "5")
+        assert rec.returncode == 0, rec.stderr
+        return out
+    finally:
+        job.send_signal(signal.SIGINT)
+        job.wait(20)
+
+
+@pytest.mark.timeout(240)
+def test_baseline_gate_on_real_training_runs(tmp_path):
+    base = record_training(tmp_path, "base", 0.0)
+    same = record_training(tmp_path, "same", 0.0)
+    slow = record_training(tmp_path, "slow", 0.3)
+    summary = json.loads(run_cli("report", str(base), "--json").stdout)
+    trainer = [p for p in summary["processes"] if p["throughput_steps_per_s"]]
+    assert trainer and trainer[0]["gpu"] is None  # a CPU job, found through its agent
+    assert trainer[0]["step_time_p50_s"] > 0.09
+
+    ok = run_cli("report", str(same), "--baseline", str(base))
+    assert ok.returncode == 0, ok.stderr
+    assert "no regression" in ok.stderr
+    regressed = run_cli("report", str(slow), "--baseline", str(base), "--max-regression", "5%")
+    assert regressed.returncode == 1, regressed.stderr
+    reason = regressed.stderr.strip().splitlines()
+    assert len(reason) == 1 and "throughput" in reason[0] and "regression" in reason[0]
+    # A metrics.json works as the baseline too.
+    run_cli("report", str(base), "--metrics", str(tmp_path / "base-metrics.json"))
+    again = run_cli("report", str(slow), "--baseline", str(tmp_path / "base-metrics.json"))
+    assert again.returncode == 1
