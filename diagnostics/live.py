@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 import os
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import fmean
+
+import numpy as np
 
 from diagnostics.findings import Finding, order_findings
 from gputop.model import GpuSample, ProcSample, Snapshot
@@ -56,31 +59,22 @@ def _runnable_share(states: Iterable[str | None]) -> float:
     return sum(s == "running" for s in states) / len(states) if states else 0.0
 
 
-def _gpu_series(window: list[Snapshot], index: int) -> list[GpuSample]:
-    out = []
-    for snap in window:
-        for gpu in snap.gpus:
-            if gpu.index == index:
-                out.append(gpu)
-    return out
-
-
 def _proc_series(gpus: list[GpuSample], pid: int) -> list[ProcSample]:
     return [p for g in gpus for p in g.processes if p.pid == pid]
 
 
 def _linear_fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
     """Slope and R^2 of a least-squares line."""
-    n = len(ts)
-    mt, my = fmean(ts), fmean(ys)
-    sxx = sum((t - mt) ** 2 for t in ts)
-    sxy = sum((t - mt) * (y - my) for t, y in zip(ts, ys))
-    syy = sum((y - my) ** 2 for y in ys)
-    if n < 3 or sxx == 0:
+    if len(ts) < 3:
         return 0.0, 0.0
-    slope = sxy / sxx
-    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
-    return slope, r2
+    t = np.asarray(ts, dtype=np.float64) - ts[0]
+    y = np.asarray(ys, dtype=np.float64)
+    t -= t.mean()
+    y = y - y.mean()
+    sxx, sxy, syy = float(t @ t), float(t @ y), float(y @ y)
+    if sxx == 0:
+        return 0.0, 0.0
+    return sxy / sxx, (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
 
 
 def _gib(value: float) -> str:
@@ -99,6 +93,25 @@ class _Context:
     window: list[Snapshot]  # the last WINDOW_S seconds
     history: list[Snapshot]  # everything kept (up to KEEP_S)
     own_pid: int
+    # Per GPU, in the order of the newest snapshot: (times, samples), split once per
+    # evaluation so the rules do not each walk the whole history.
+    history_by_gpu: dict[int, tuple[list[float], list[GpuSample]]]
+    window_start: float
+
+    def per_gpu(self, since: float | None = None) -> list[tuple[int, list[GpuSample]]]:
+        """(index, samples) of every GPU of the newest snapshot; the window by default."""
+        start = self.window_start if since is None else since
+        out = []
+        for index, (times, gpus) in self.history_by_gpu.items():
+            first = bisect_left(times, start)
+            if first < len(gpus):
+                out.append((index, gpus[first:]))
+        return out
+
+    def timed(self, index: int, since: float) -> tuple[list[float], list[GpuSample]]:
+        times, gpus = self.history_by_gpu.get(index, ([], []))
+        first = bisect_left(times, since)
+        return times[first:], gpus[first:]
 
 
 # -- the rules: each returns the findings whose condition holds now ---------------------------
@@ -106,7 +119,7 @@ class _Context:
 
 def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         util = _mean(g.util_gpu for g in gpus)
         if util is None or util >= 50:
             continue
@@ -151,7 +164,7 @@ def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
 
 def rule_host_sync(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         utils = [g.util_gpu for g in gpus if g.util_gpu is not None]
         if len(utils) < 5:
             continue
@@ -190,7 +203,7 @@ def rule_host_sync(ctx: _Context) -> list[Finding]:
 
 def rule_gpu_idle(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         last = gpus[-1]
         util = _mean(g.util_gpu for g in gpus)
         if util is None or util >= 5 or not last.mem_total or last.mem_used is None:
@@ -220,10 +233,8 @@ def rule_gpu_idle(ctx: _Context) -> list[Finding]:
 def rule_hung(ctx: _Context) -> list[Finding]:
     if not ctx.history or ctx.history[-1].time - ctx.history[0].time < HUNG_S:
         return []
-    start = ctx.history[-1].time - HUNG_S
-    span = [s for s in ctx.history if s.time >= start]
     out = []
-    for index, gpus in _per_gpu(span):
+    for index, gpus in ctx.per_gpu(ctx.history[-1].time - HUNG_S):
         if not gpus[-1].processes or any((g.util_gpu or 0) >= 1 for g in gpus):
             continue
         pid = gpus[-1].processes[0].pid
@@ -250,7 +261,7 @@ def rule_hung(ctx: _Context) -> list[Finding]:
 
 def rule_throttling(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         busy = [g for g in gpus if (g.util_gpu or 0) >= 50]
         if len(busy) < max(3, len(gpus) // 2):
             continue
@@ -288,7 +299,7 @@ def rule_throttling(ctx: _Context) -> list[Finding]:
 
 def rule_memory(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         last = gpus[-1]
         if not last.mem_total or last.mem_used is None:
             continue
@@ -307,9 +318,9 @@ def rule_memory(ctx: _Context) -> list[Finding]:
                 gpu=index,
             ))
     cutoff = ctx.history[-1].time - MEMORY_WINDOW_S if ctx.history else 0.0
-    for index, gpus in _per_gpu(ctx.history):
-        pts = [(t, g.mem_used) for t, g in zip(_times(ctx.history, index), gpus)
-               if g.mem_used is not None and t >= cutoff]
+    for index, _ in ctx.per_gpu():
+        times, gpus = ctx.timed(index, cutoff)
+        pts = [(t, g.mem_used) for t, g in zip(times, gpus) if g.mem_used is not None]
         if len(pts) < 8 or pts[-1][0] - pts[0][0] < 10:
             continue
         ts, ys = [p[0] for p in pts], [float(p[1]) for p in pts]
@@ -337,7 +348,7 @@ def rule_memory(ctx: _Context) -> list[Finding]:
 
 def rule_pcie(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         last = gpus[-1]
         gen, width = last.pcie_gen_max or last.pcie_gen, last.pcie_width_max or last.pcie_width
         if not gen or not width:
@@ -367,7 +378,7 @@ def rule_pcie(ctx: _Context) -> list[Finding]:
 
 def rule_contention(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         counts = [len(g.processes) for g in gpus]
         if min(counts) < 2:
             continue
@@ -406,7 +417,8 @@ def rule_imbalance(ctx: _Context) -> list[Finding]:
     for job, indices in jobs.items():
         if job is None or len(indices) < 2:
             continue
-        utils = {i: _mean(g.util_gpu for g in _gpu_series(ctx.window, i)) for i in indices}
+        series = dict(ctx.per_gpu())
+        utils = {i: _mean(g.util_gpu for g in series.get(i, [])) for i in indices}
         utils = {i: u for i, u in utils.items() if u is not None}
         if len(utils) < 2:
             continue
@@ -430,7 +442,7 @@ def rule_imbalance(ctx: _Context) -> list[Finding]:
 
 def rule_hardware(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         last = gpus[-1]
         if last.lost:
             out.append(Finding(
@@ -461,7 +473,7 @@ def rule_hardware(ctx: _Context) -> list[Finding]:
 
 def rule_launch_bound(ctx: _Context) -> list[Finding]:
     out = []
-    for index, gpus in _per_gpu(ctx.window):
+    for index, gpus in ctx.per_gpu():
         util = _mean(g.util_gpu for g in gpus)
         sm = _mean(g.sm_active for g in gpus)
         if util is None or sm is None or util < 80 or sm >= 40:
@@ -498,19 +510,8 @@ RULES = (
 )
 
 
-def _per_gpu(window: list[Snapshot]) -> list[tuple[int, list[GpuSample]]]:
-    if not window:
-        return []
-    indices = [g.index for g in window[-1].gpus]
-    return [(i, s) for i in indices if (s := _gpu_series(window, i))]
-
-
 def _pids(gpus: list[GpuSample]) -> list[int]:
     return [p.pid for p in gpus[-1].processes if p.visible]
-
-
-def _times(history: list[Snapshot], index: int) -> list[float]:
-    return [s.time for s in history for g in s.gpus if g.index == index]
 
 
 def _parent_job(proc: ProcSample, own_pid: int) -> object:
@@ -530,7 +531,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def evaluate(history: list[Snapshot], own_pid: int | None = None) -> list[Finding]:
+def split_by_gpu(history: Iterable[Snapshot]) -> dict[int, tuple[list[float], list[GpuSample]]]:
+    """index -> (times, samples) over a history of snapshots."""
+    by_gpu: dict[int, tuple[list[float], list[GpuSample]]] = {}
+    for s in history:
+        for g in s.gpus:
+            times, gpus = by_gpu.setdefault(g.index, ([], []))
+            times.append(s.time)
+            gpus.append(g)
+    return by_gpu
+
+
+def evaluate(history: list[Snapshot], own_pid: int | None = None,
+             by_gpu: dict[int, tuple[list[float], list[GpuSample]]] | None = None) -> list[Finding]:
     """Every finding whose condition holds at the newest snapshot (no hysteresis)."""
     if not history:
         return []
@@ -538,7 +551,12 @@ def evaluate(history: list[Snapshot], own_pid: int | None = None) -> list[Findin
     window = [s for s in history if s.time >= now - WINDOW_S]
     if len(window) < 3:
         return []
-    ctx = _Context(window=window, history=history, own_pid=own_pid or os.getpid())
+    if by_gpu is None:
+        by_gpu = split_by_gpu(history)
+    current = {g.index for g in history[-1].gpus}
+    by_gpu = {i: series for i, series in by_gpu.items() if i in current}
+    ctx = _Context(window=window, history=history, own_pid=own_pid or os.getpid(),
+                   history_by_gpu=by_gpu, window_start=now - WINDOW_S)
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(ctx))
@@ -574,16 +592,29 @@ class LiveDiagnosis:
         self.clear_after = clear_after
         self.own_pid = own_pid
         self.history: deque[Snapshot] = deque()
+        # The same history split per GPU, kept up to date one snapshot at a time.
+        self._by_gpu: dict[int, tuple[deque[float], deque[GpuSample]]] = {}
         self._pending: dict[tuple, float] = {}  # key -> first time the condition held
         self._absent: dict[tuple, float] = {}  # active key -> first time it did not hold
         self.active: dict[tuple, Finding] = {}
 
     def update(self, snap: Snapshot) -> list[Transition]:
         self.history.append(snap)
-        while self.history and self.history[0].time < snap.time - KEEP_S:
+        for g in snap.gpus:
+            times, gpus = self._by_gpu.setdefault(g.index, (deque(), deque()))
+            times.append(snap.time)
+            gpus.append(g)
+        oldest = snap.time - KEEP_S
+        while self.history and self.history[0].time < oldest:
             self.history.popleft()
+        for times, gpus in self._by_gpu.values():
+            while times and times[0] < oldest:
+                times.popleft()
+                gpus.popleft()
         now = snap.time
-        current = {finding_key(f): f for f in evaluate(list(self.history), self.own_pid)}
+        by_gpu = {i: (list(t), list(g)) for i, (t, g) in self._by_gpu.items() if t}
+        current = {finding_key(f): f
+                   for f in evaluate(list(self.history), self.own_pid, by_gpu)}
         transitions: list[Transition] = []
         for key, finding in current.items():
             self._absent.pop(key, None)

@@ -24,11 +24,13 @@ class Sampler:
         host: HostCollector | None = None,
         agent_probe: AgentProbe | None = None,
         simulated: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.nvml = nvml
         self.host = host or HostCollector()
         self.agent_probe = agent_probe
         self.simulated = simulated
+        self.clock = clock  # the time stamped on snapshots (a sped-up clock in benchmarks)
         self.driver = DriverInfo(available=False, error="not opened")
 
     def open(self) -> DriverInfo:
@@ -42,7 +44,7 @@ class Sampler:
         self.nvml.close()
 
     def sample(self) -> Snapshot:
-        now = time.time()
+        now = self.clock()
         gpu_rows = self.nvml.sample() if self.driver.available else []
         host = self.host.sample_host()
         gpu_pids = {pid for _, procs, _ in gpu_rows for pid, _ in procs}
