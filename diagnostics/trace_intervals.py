@@ -32,6 +32,26 @@ def merge(intervals: Iterable[tuple[float, float]]) -> Ranges:
     return out
 
 
+def merge_sorted(intervals: Iterable[tuple[float, float]]) -> Ranges:
+    """``merge`` for input already sorted by start (skips the sort)."""
+    out: Ranges = []
+    append = out.append
+    cur_s = cur_e = None
+    for start, end in intervals:
+        if end <= start:
+            continue
+        if cur_e is not None and start <= cur_e:
+            if end > cur_e:
+                cur_e = end
+        else:
+            if cur_e is not None:
+                append((cur_s, cur_e))
+            cur_s, cur_e = start, end
+    if cur_e is not None:
+        append((cur_s, cur_e))
+    return out
+
+
 def total(ranges: Ranges) -> float:
     return sum(end - start for start, end in ranges)
 

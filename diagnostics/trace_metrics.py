@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
-from diagnostics.trace_intervals import RangeIndex, Ranges, gaps, intersect, merge, subtract, total
+from diagnostics.trace_intervals import (
+    RangeIndex,
+    Ranges,
+    gaps,
+    intersect,
+    merge,
+    merge_sorted,
+    subtract,
+    total,
+)
 from diagnostics.trace_load import Event, TraceData
 
 # HTA's default ``consecutive_kernel_delay``: gaps shorter than this are the GPU's own
@@ -431,26 +440,27 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     dataloader_ops: list[Event] = []
     item_ops: list[Event] = []
     collective_ops: list[Event] = []
-    cpu_spans: list[tuple[float, float]] = []
     for ev in data.cpu_ops:
         name = ev.name
         if name.startswith(DATALOADER_PREFIX):
             if name.endswith("__next__"):
                 dataloader_ops.append(ev)
-            continue
-        if name in _ITEM_OPS:
+        elif name in _ITEM_OPS:
             item_ops.append(ev)
         elif name.startswith(_COLLECTIVE_PREFIXES):
             collective_ops.append(ev)
-        cpu_spans.append((ev.ts, ev.ts + ev.dur))
-    cpu_spans.extend(_span(ev) for ev in data.python)
+    # Operators and Python frames both mean "the host is busy"; the DataLoader's own time is
+    # given to its role first, so including its span here changes nothing.
+    cpu_busy, top_ops = _walk_host_ops(data.cpu_ops, w0, w1)
+    cpu_busy = merge(cpu_busy + [_span(ev) for ev in data.python])
 
     # --- GPU interval sets -------------------------------------------------------------------
-    compute_r = merge((a.ts, a.end) for a in acts if a.kind == "compute")
-    comm_r = merge((a.ts, a.end) for a in acts if a.kind == "comm")
-    memcpy_r = merge((a.ts, a.end) for a in acts if a.kind == "memcpy")
-    memset_r = merge((a.ts, a.end) for a in acts if a.kind == "memset")
-    gpu_busy_r = merge(compute_r + comm_r + memcpy_r + memset_r)
+    # ``acts`` is sorted by start, so every subset is too.
+    compute_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "compute")
+    comm_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "comm")
+    memcpy_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "memcpy")
+    memset_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "memset")
+    gpu_busy_r = merge_sorted((a.ts, a.end) for a in acts)
     gpu_index = RangeIndex(gpu_busy_r)
 
     # Item/_local_scalar_dense count as sync only when the GPU sits idle after they return: the
@@ -478,9 +488,9 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         "communication": comm_r if gpu_present else merge(_span(ev) for ev in collective_ops),
         "sync": sync_r,
         "allocator": alloc_r,
-        "runtime": merge(runtime_spans),
+        "runtime": merge_sorted(runtime_spans),  # from runtime_sorted
         "dataloader": dataloader_r,
-        "cpu": merge(cpu_spans),
+        "cpu": cpu_busy,
     }
     remaining = step_slots
     role_ranges: dict[str, Ranges] = {}
@@ -525,7 +535,7 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     else:
         launched = acts
     launched = launched or acts
-    _temporal_breakdown(m, launched, rt_by_corr, by_device, step_slots)
+    _temporal_breakdown(m, launched, rt_by_corr, gpu_busy_r, acts, step_slots)
 
     # --- DataLoader ----------------------------------------------------------------------------
     dl_in = [ev for ev in dataloader_ops if ev.ts < w1 and ev.ts + ev.dur > w0]
@@ -573,84 +583,119 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
 
     _copies(m, acts, blocking_copies, w0, w1, step_total)
     _communication(m, comm_r, compute_r, step_slots, totals, collective_ops, data)
-    _kernels(m, acts, rt_by_corr, launch_calls, steps, w0, w1)
+    _kernel_stats(m, acts, rt_by_corr, launch_calls, data)
     _allocator(m, alloc_calls, steps, w0, w1)
-    _long_gaps(m, acts, by_device, data, runtime_sorted, alloc_r, dataloader_r, sync_r)
-    _tensor_cores(m, acts, data, w0, w1)
-    v["top_ops"] = _top_ops_by_self_time(data.cpu_ops, w0, w1)
-    v["top_kernels"] = _top_kernels(acts, w0, w1)
+    _long_gaps(m, gpu_busy_r, by_device, data, runtime_sorted, alloc_r, dataloader_r, sync_r)
+    v["top_ops"] = top_ops
     v["memory"] = _memory(data)
     _assessment(m, data)
     return m
+
+
+def _extend(u: list, start: float, end: float) -> None:
+    """Add [start, end] to the running union ``u`` = [open start, open end, closed total];
+    intervals must come in start order."""
+    if end <= start:
+        return
+    if u[1] is not None and start <= u[1]:
+        if end > u[1]:
+            u[1] = end
+    else:
+        if u[1] is not None:
+            u[2] += u[1] - u[0]
+        u[0], u[1] = start, end
+
+
+def _union_total(u: list) -> float:
+    return u[2] + (u[1] - u[0] if u[1] is not None else 0.0)
 
 
 def _temporal_breakdown(
     m: TraceMetrics,
     launched: list[Activity],
     rt_by_corr: dict[int, Event],
-    by_device_all: dict[int, list[Activity]],
+    gpu_busy_r: Ranges,
+    acts: list[Activity],
     step_slots: Ranges,
 ) -> None:
-    temporal = {
-        "span_ms": 0.0,
-        "compute_pct": 0.0,
-        "communication_pct": 0.0,
-        "memcpy_pct": 0.0,
-        "idle_pct": 0.0,
-    }
-    idle_split = {"host_wait_ms": 0.0, "kernel_wait_ms": 0.0, "other_ms": 0.0}
-    by_device: dict[int, list[Activity]] = defaultdict(list)
+    # One pass over the activities (sorted by start): running unions per device (all, compute,
+    # compute+communication) and per stream, and HTA's idle split between a stream's activities.
+    devices: dict[int, dict] = {}
+    streams: dict[tuple[int, int], list] = {}  # [open start, open end, total, prev end]
+    host_wait = kernel_wait = other = 0.0
     for a in launched:
-        by_device[a.device].append(a)
+        ts, end, kind = a.ts, a.end, a.kind
+        d = devices.get(a.device)
+        if d is None:
+            d = devices[a.device] = {
+                "first": ts,
+                "last": end,
+                "all": [None, None, 0.0],
+                "compute": [None, None, 0.0],
+                "cc": [None, None, 0.0],
+            }
+        elif end > d["last"]:
+            d["last"] = end
+        _extend(d["all"], ts, end)
+        if kind == "compute":
+            _extend(d["compute"], ts, end)
+            _extend(d["cc"], ts, end)
+        elif kind == "comm":
+            _extend(d["cc"], ts, end)
+        st = streams.get((a.device, a.stream))
+        if st is None:
+            st = streams[(a.device, a.stream)] = [None, None, 0.0, None]
+        prev_end = st[3]
+        if prev_end is not None and ts > prev_end:
+            gap = ts - prev_end
+            rt = rt_by_corr.get(a.correlation) if a.correlation is not None else None
+            if rt is not None and rt.ts > prev_end:
+                host_wait += gap
+            elif gap < KERNEL_WAIT_US:
+                kernel_wait += gap
+            else:
+                other += gap
+        if prev_end is None or end > prev_end:
+            st[3] = end
+        _extend(st, ts, end)
+
     span_sum = compute_sum = comm_sum = busy_sum = 0.0
-    for dev, dacts in sorted(by_device.items()):
-        d_span = max(a.end for a in dacts) - dacts[0].ts
-        comp_r = merge((a.ts, a.end) for a in dacts if a.kind == "compute")
-        cc_r = merge(comp_r + [(a.ts, a.end) for a in dacts if a.kind == "comm"])
-        busy = total(merge(cc_r + [(a.ts, a.end) for a in dacts if a.kind in ("memcpy", "memset")]))
+    slots_total = total(step_slots)
+    for dev, d in sorted(devices.items()):
+        d_span = d["last"] - d["first"]
+        busy, comp, cc = (_union_total(d[k]) for k in ("all", "compute", "cc"))
         span_sum += d_span
         busy_sum += busy
-        compute_sum += total(comp_r)
-        comm_sum += total(cc_r) - total(comp_r)
-        streams: dict[int, list[Activity]] = defaultdict(list)
-        for a in dacts:
-            streams[a.stream].append(a)
-        stream_busy = {}
-        for st, sacts in sorted(streams.items()):
-            stream_busy[str(st)] = _pct(total(merge((a.ts, a.end) for a in sacts)), d_span)
-            prev_end = None
-            for a in sacts:  # sorted by start
-                if prev_end is not None and a.ts > prev_end:
-                    gap = a.ts - prev_end
-                    rt = rt_by_corr.get(a.correlation) if a.correlation is not None else None
-                    if rt is not None and rt.ts > prev_end:
-                        idle_split["host_wait_ms"] += gap / 1e3
-                    elif gap < KERNEL_WAIT_US:
-                        idle_split["kernel_wait_ms"] += gap / 1e3
-                    else:
-                        idle_split["other_ms"] += gap / 1e3
-                prev_end = a.end if prev_end is None or a.end > prev_end else prev_end
-        all_busy = merge((a.ts, a.end) for a in by_device_all.get(dev, dacts))
+        compute_sum += comp
+        comm_sum += cc - comp
+        if len(devices) == 1:
+            dev_busy = gpu_busy_r
+        else:
+            dev_busy = merge_sorted((a.ts, a.end) for a in acts if a.device == dev)
         m.values["gpu"]["per_device"][str(dev)] = {
-            "busy_pct_of_steps": _pct(total(intersect(all_busy, step_slots)), total(step_slots)),
+            "busy_pct_of_steps": _pct(total(intersect(dev_busy, step_slots)), slots_total),
             "busy_pct_of_span": _pct(busy, d_span),
-            "streams_busy_pct_of_span": stream_busy,
+            "streams_busy_pct_of_span": {
+                str(stream): _pct(_union_total(u), d_span)
+                for (sdev, stream), u in sorted(streams.items())
+                if sdev == dev
+            },
         }
-    if span_sum > 0:
-        temporal = {
-            "span_ms": _r(span_sum / 1e3),
-            "compute_pct": _pct(compute_sum, span_sum),
-            "communication_pct": _pct(comm_sum, span_sum),
-            "memcpy_pct": _pct(busy_sum - compute_sum - comm_sum, span_sum),
-            "idle_pct": _pct(span_sum - busy_sum, span_sum),
-        }
-    m.values["temporal"] = temporal
-    idle_total = sum(idle_split.values())
+    m.values["temporal"] = {
+        "span_ms": _r(span_sum / 1e3),
+        "compute_pct": _pct(compute_sum, span_sum),
+        "communication_pct": _pct(comm_sum, span_sum),
+        "memcpy_pct": _pct(busy_sum - compute_sum - comm_sum, span_sum),
+        "idle_pct": _pct(span_sum - busy_sum, span_sum),
+    }
+    idle_total = host_wait + kernel_wait + other
     m.values["idle_split"] = {
-        **{k: _r(x) for k, x in idle_split.items()},
-        "host_wait_pct": _pct(idle_split["host_wait_ms"], idle_total),
-        "kernel_wait_pct": _pct(idle_split["kernel_wait_ms"], idle_total),
-        "other_pct": _pct(idle_split["other_ms"], idle_total),
+        "host_wait_ms": _r(host_wait / 1e3),
+        "kernel_wait_ms": _r(kernel_wait / 1e3),
+        "other_ms": _r(other / 1e3),
+        "host_wait_pct": _pct(host_wait, idle_total),
+        "kernel_wait_pct": _pct(kernel_wait, idle_total),
+        "other_pct": _pct(other, idle_total),
     }
 
 
@@ -732,32 +777,53 @@ def _communication(
     m.ranges["host_collectives"] = host_coll
 
 
-def _kernels(
+def _kernel_stats(
     m: TraceMetrics,
     acts: list[Activity],
     rt_by_corr: dict[int, Event],
     launch_calls: int,
-    steps: list[Step],
-    w0: float,
-    w1: float,
+    data: TraceData,
+    limit: int = 10,
 ) -> None:
-    kernels_in = [a for a in acts if a.kind in ("compute", "comm") and w0 <= a.ts < w1]
-    durs = sorted(a.end - a.ts for a in kernels_in)
+    """Kernel durations, launch cost, tensor-core use and the top kernels, in one pass."""
+    w0, w1 = m.window
+    durs: list[float] = []
+    launch_durs: list[float] = []
     shorter = 0
-    launch_durs = []
-    for a in kernels_in:
+    matrix_us = tc_us = compute_us = 0.0
+    non_tc: dict[str, float] = defaultdict(float)
+    per_name: dict[str, float] = defaultdict(float)
+    calls: Counter = Counter()
+    for a in acts:
+        kind = a.kind
+        if (kind != "compute" and kind != "comm") or not (w0 <= a.ts < w1):
+            continue
+        d = a.end - a.ts
+        durs.append(d)
+        per_name[a.name] += d
+        calls[a.name] += 1
         rt = rt_by_corr.get(a.correlation) if a.correlation is not None else None
         if rt is not None:
             launch_durs.append(rt.dur)
-            if a.end - a.ts < rt.dur:
+            if d < rt.dur:
                 shorter += 1
+        if kind == "compute":
+            compute_us += d
+            _, is_matrix, is_tc = kernel_class(a.name)
+            if is_matrix:
+                matrix_us += d
+                if is_tc:
+                    tc_us += d
+                else:
+                    non_tc[a.name] += d
+    durs.sort()
     launch_durs.sort()
     window_s = (w1 - w0) / 1e6
     m.values["kernels"] = {
-        "count": len(kernels_in),
+        "count": len(durs),
         "launches": launch_calls,
         "launch_rate_per_s": round(launch_calls / window_s, 1) if window_s > 0 else 0.0,
-        "launches_per_step": round(launch_calls / len(steps), 1) if steps else 0.0,
+        "launches_per_step": round(launch_calls / len(m.steps), 1) if m.steps else 0.0,
         "duration_us": {
             "p50": _r(_percentile(durs, 0.5)),
             "p90": _r(_percentile(durs, 0.9)),
@@ -769,6 +835,25 @@ def _kernels(
         "shorter_than_launch_pct": _pct(shorter, len(launch_durs)),
         "under_10us_pct": _pct(sum(1 for d in durs if d < SHORT_KERNEL_US), len(durs)),
     }
+    dev = data.devices[0] if data.devices else None
+    cc = (
+        f"{dev.compute_major}.{dev.compute_minor}"
+        if dev and dev.compute_major is not None
+        else None
+    )
+    m.values["tensor_cores"] = {
+        "compute_capability": cc,
+        "matrix_kernel_ms": _r(matrix_us / 1e3),
+        "matrix_share_of_kernel_pct": _pct(matrix_us, compute_us),
+        "tensor_core_kernel_ms": _r(tc_us / 1e3),
+        "tensor_core_share_of_matrix_pct": _pct(tc_us, matrix_us),
+    }
+    m.details["top_non_tensor_core_kernel"] = max(non_tc, key=non_tc.get) if non_tc else None
+    all_us = sum(per_name.values())
+    m.values["top_kernels"] = [
+        {"name": name, "ms": _r(t / 1e3), "calls": calls[name], "pct": _pct(t, all_us)}
+        for name, t in sorted(per_name.items(), key=lambda kv: -kv[1])[:limit]
+    ]
 
 
 def _allocator(
@@ -795,7 +880,7 @@ def _allocator(
 
 def _long_gaps(
     m: TraceMetrics,
-    acts: list[Activity],
+    gpu_busy_r: Ranges,
     by_device: dict[int, list[Activity]],
     data: TraceData,
     runtime_sorted: list[Event],
@@ -806,7 +891,8 @@ def _long_gaps(
     w0, w1 = m.window
     found: list[tuple[int, float, float]] = []
     for dev, dacts in sorted(by_device.items()):
-        for g0, g1 in gaps(merge((a.ts, a.end) for a in dacts), w0, w1):
+        busy = gpu_busy_r if len(by_device) == 1 else merge_sorted((a.ts, a.end) for a in dacts)
+        for g0, g1 in gaps(busy, w0, w1):
             if g1 - g0 >= LONG_GAP_US:
                 found.append((dev, g0, g1))
     # Time inside the gaps that another finding already explains.
@@ -866,80 +952,55 @@ def _host_activity_in(g0: float, g1: float, data: TraceData, runtime_sorted: lis
     return "no profiled operator (Python outside torch ops, I/O, or a wait)"
 
 
-def _tensor_cores(
-    m: TraceMetrics, acts: list[Activity], data: TraceData, w0: float, w1: float
-) -> None:
-    matrix_us = tc_us = kernel_us = 0.0
-    non_tc: dict[str, float] = defaultdict(float)
-    for a in acts:
-        if a.kind != "compute" or not (w0 <= a.ts < w1):
-            continue
-        d = a.end - a.ts
-        kernel_us += d
-        _, is_matrix, is_tc = kernel_class(a.name)
-        if not is_matrix:
-            continue
-        matrix_us += d
-        if is_tc:
-            tc_us += d
-        else:
-            non_tc[a.name] += d
-    dev = data.devices[0] if data.devices else None
-    cc = (
-        f"{dev.compute_major}.{dev.compute_minor}"
-        if dev and dev.compute_major is not None
-        else None
-    )
-    m.values["tensor_cores"] = {
-        "compute_capability": cc,
-        "matrix_kernel_ms": _r(matrix_us / 1e3),
-        "matrix_share_of_kernel_pct": _pct(matrix_us, kernel_us),
-        "tensor_core_kernel_ms": _r(tc_us / 1e3),
-        "tensor_core_share_of_matrix_pct": _pct(tc_us, matrix_us),
-    }
-    m.details["top_non_tensor_core_kernel"] = max(non_tc, key=non_tc.get) if non_tc else None
-
-
-def _top_ops_by_self_time(ops: list[Event], w0: float, w1: float, limit: int = 10) -> list[dict]:
-    """Self time = duration minus time in child ops on the same thread (ops nest per thread)."""
+def _walk_host_ops(
+    ops: list[Event], w0: float, w1: float, limit: int = 10
+) -> tuple[Ranges, list[dict]]:
+    """One walk over the host operators, per thread in start order: the union of their spans
+    (per thread, then merged) and the top operators by self time (duration minus the time in
+    child operators; operators nest per thread)."""
     by_tid: dict = defaultdict(list)
     for ev in ops:
-        if (ev.cat == "cpu_op" or ev.cat == "Operator") and w0 <= ev.ts < w1:
-            if not ev.name.startswith(DATALOADER_PREFIX):
-                by_tid[ev.tid].append(ev)
+        by_tid[ev.tid].append(ev)
+    busy: Ranges = []
     self_us: dict[str, float] = defaultdict(float)
     calls: Counter = Counter()
+
     for evs in by_tid.values():
         evs.sort(key=lambda e: (e.ts, -e.dur))
-        stack: list[list] = []  # [end, name, child_us, dur]
+        stack: list[list] = []  # [end, name, child_us, dur, counted]
+        cur_s = cur_e = None
         for ev in evs:
-            while stack and stack[-1][0] <= ev.ts:
-                end, name, child, dur = stack.pop()
-                self_us[name] += max(0.0, dur - child)
-                calls[name] += 1
+            ts, dur = ev.ts, ev.dur
+            end = ts + dur
+            if cur_e is not None and ts <= cur_e:
+                if end > cur_e:
+                    cur_e = end
+            else:
+                if cur_e is not None:
+                    busy.append((cur_s, cur_e))
+                cur_s, cur_e = ts, end
+            while stack and stack[-1][0] <= ts:
+                _end, name, child, pdur, counted = stack.pop()
+                if counted:
+                    self_us[name] += pdur - child if pdur > child else 0.0
+                    calls[name] += 1
             if stack:
-                stack[-1][2] += ev.dur
-            stack.append([ev.ts + ev.dur, ev.name, 0.0, ev.dur])
-        for _end, name, child, dur in stack:
-            self_us[name] += max(0.0, dur - child)
-            calls[name] += 1
+                stack[-1][2] += dur
+            counted = (
+                (ev.cat == "cpu_op" or ev.cat == "Operator")
+                and w0 <= ts < w1
+                and not ev.name.startswith(DATALOADER_PREFIX)
+            )
+            stack.append([end, ev.name, 0.0, dur, counted])
+        for _end, name, child, pdur, counted in stack:
+            if counted:
+                self_us[name] += pdur - child if pdur > child else 0.0
+                calls[name] += 1
+        if cur_e is not None and cur_e > cur_s:
+            busy.append((cur_s, cur_e))
     rows = sorted(self_us.items(), key=lambda kv: -kv[1])[:limit]
-    return [{"name": n, "self_ms": _r(t / 1e3), "calls": calls[n]} for n, t in rows]
-
-
-def _top_kernels(acts: list[Activity], w0: float, w1: float, limit: int = 10) -> list[dict]:
-    us: dict[str, float] = defaultdict(float)
-    n: Counter = Counter()
-    for a in acts:
-        if a.kind in ("compute", "comm") and w0 <= a.ts < w1:
-            us[a.name] += a.end - a.ts
-            n[a.name] += 1
-    all_us = sum(us.values())
-    rows = sorted(us.items(), key=lambda kv: -kv[1])[:limit]
-    return [
-        {"name": name, "ms": _r(t / 1e3), "calls": n[name], "pct": _pct(t, all_us)}
-        for name, t in rows
-    ]
+    top = [{"name": n, "self_ms": _r(t / 1e3), "calls": calls[n]} for n, t in rows]
+    return busy, top
 
 
 def _memory(data: TraceData) -> dict:

@@ -41,7 +41,9 @@ def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
     shares = [
         (letter, label, sum(pct.get(k, 0.0) for k in keys)) for keys, letter, label in BAR_ROLES
     ]
-    total = sum(s for _, _, s in shares) or 1.0
+    total = sum(s for _, _, s in shares)
+    if total <= 0:
+        return "." * width, ""
     exact = [(letter, width * s / total) for letter, _, s in shares]
     cells = {letter: int(x) for letter, x in exact}
     # Largest remainders get the leftover cells so the bar is exactly ``width`` long.
@@ -93,13 +95,14 @@ def _headline(a: TraceAnalysis) -> str:
 def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     width = max(60, width)
     a, m = analysis, analysis.metrics
-    lines = [f"gputop analyze: {os.path.basename(a.file)}"]
+    lines = _wrap(f"gputop analyze: {os.path.basename(a.file)}", width, "", "  ")
     lines += _wrap(_headline(a), width, "", "  ")
     if a.verdict == "healthy":
         lines += _wrap(f"Verdict: healthy - {a.healthy_reason}", width, "", "  ")
     else:
         top = next(f for f in a.findings if f.id == a.verdict)
-        lines.append(f"Verdict: {a.verdict} ({top.severity}) - {CATALOGUE[a.verdict]}")
+        verdict = f"Verdict: {a.verdict} ({top.severity}) - {CATALOGUE[a.verdict]}"
+        lines += _wrap(verdict, width, "", "  ")
 
     bd = m["step_breakdown"]
     lines += ["", f"Where the step time went ({_ms(bd['ms']['total'])} in all)"]
