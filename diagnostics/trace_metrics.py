@@ -11,9 +11,11 @@ Definitions follow the tools users compare against, so numbers can be checked si
   with host synchronisation and allocator calls split out of "runtime" because they are
   different causes.
 - The temporal breakdown and the idle split follow Holistic Trace Analysis: over the span from
-  the first to the last GPU activity launched by the steps, idle = span - union of GPU activity;
-  each gap between activities on a stream is host-wait when the launch of the next activity
-  started after the previous one ended, kernel-wait when shorter than 30 ns, else other.
+  the first to the last GPU activity launched by the steps, idle = span - union of GPU activity
+  (kernels, copies, memsets and, as HTA counts them, sync waits drawn on a stream; "memcpy_pct"
+  is everything that is neither compute nor communication); each gap between activities on a
+  stream is host-wait when the launch of the next activity started after the previous one
+  ended, kernel-wait when shorter than 30 ns, else other.
 """
 
 from __future__ import annotations
@@ -208,6 +210,10 @@ def _r(x: float, nd: int = 3) -> float:
     return round(float(x), nd)
 
 
+def _human_ms(x: float) -> str:
+    return f"{x / 1e3:.1f} s" if x >= 10_000 else f"{x:.1f} ms"
+
+
 def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 2) if whole > 0 else 0.0
 
@@ -248,6 +254,18 @@ def _gpu_activities(data: TraceData) -> list[Activity]:
                 k = kind
             append(Activity(ev.ts, ev.ts + ev.dur, k, device, stream, ev.name, corr, nbytes))
     out.sort()
+    return out
+
+
+def _stream_sync_activities(data: TraceData) -> list[Activity]:
+    out = []
+    for ev in data.gpu_syncs:
+        args = ev.args
+        if args is None or not isinstance(args.stream, int) or args.stream < 0:
+            continue  # waits not tied to a stream (event/context syncs) are host-side only
+        corr = args.correlation if isinstance(args.correlation, int) else None
+        device = _as_int(args.device if args.device is not None else ev.pid)
+        out.append(Activity(ev.ts, ev.ts + ev.dur, "sync", device, args.stream, ev.name, corr, 0))
     return out
 
 
@@ -526,15 +544,18 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         else None,
         "per_device": {},
     }
+    # HTA-comparable set: the activity launched by runtime calls inside the host steps, plus,
+    # as HTA counts them, device-side sync waits drawn on a stream (non-compute time).
+    stream_syncs = _stream_sync_activities(data)
     if step_source != "whole trace":
         launched = [
             a
-            for a in acts
+            for a in acts + stream_syncs
             if a.correlation in rt_by_corr and w0 <= rt_by_corr[a.correlation].ts <= host_w1
         ]
     else:
-        launched = acts
-    launched = launched or acts
+        launched = acts + stream_syncs
+    launched = sorted(launched) if launched else acts
     _temporal_breakdown(m, launched, rt_by_corr, gpu_busy_r, acts, step_slots)
 
     # --- DataLoader ----------------------------------------------------------------------------
@@ -642,6 +663,8 @@ def _temporal_breakdown(
             _extend(d["cc"], ts, end)
         elif kind == "comm":
             _extend(d["cc"], ts, end)
+        if kind == "sync":
+            continue  # HTA's idle split looks at kernels, copies and memsets only
         st = streams.get((a.device, a.stream))
         if st is None:
             st = streams[(a.device, a.stream)] = [None, None, 0.0, None]
@@ -936,7 +959,7 @@ def _host_activity_in(g0: float, g1: float, data: TraceData, runtime_sorted: lis
         if ov > best:
             best_rt, best = ev, ov
     if best_rt is not None and best >= 0.5 * (g1 - g0):
-        return f"{best_rt.name} ({best / 1e3:.1f} ms)"
+        return f"{best_rt.name} ({_human_ms(best / 1e3)})"
     cands = []
     for ev in data.cpu_ops:
         if ev.cat.lower() not in ("cpu_op", "operator"):
@@ -948,7 +971,7 @@ def _host_activity_in(g0: float, g1: float, data: TraceData, runtime_sorted: lis
         top = max(c[0] for c in cands)
         if top >= 0.25 * (g1 - g0):
             ov, _, name = max(c for c in cands if c[0] >= 0.9 * top)
-            return f"{name} ({ov / 1e3:.1f} ms)"
+            return f"{name} ({_human_ms(ov / 1e3)})"
     return "no profiled operator (Python outside torch ops, I/O, or a wait)"
 
 

@@ -169,6 +169,11 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
             for d, b in mem["peak_allocated_bytes"].items()
         )
         lines.append(f"Peak memory: {peaks}")
+    elif mem.get("peak_rise_bytes"):
+        rises = ", ".join(
+            f"GPU {d} +{b / 2**30:.2f} GiB" for d, b in mem["peak_rise_bytes"].items()
+        )
+        lines.append(f"Memory allocated within the trace rose by: {rises}")
     lines.append("")
     lines += _wrap("Assessed: " + "; ".join(a.assessed), width, "", "  ")
     if a.not_assessed:

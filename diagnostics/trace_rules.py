@@ -209,7 +209,11 @@ def host_sync(m: TraceMetrics) -> list[Finding]:
         Finding(
             id="host-sync",
             severity=severity,
-            title=f"The CPU blocks on the GPU {_pct(blocked_share)} of the step time",
+            title=(
+                f"The CPU blocks on the GPU {_pct(blocked_share)} of the step time"
+                if blocked_share >= gpu_share
+                else f"Host syncs leave the GPU idle {_pct(gpu_share)} of the step time"
+            ),
             evidence=(
                 f"host blocked {_ms(s['host_blocked_ms'])} {_steps_phrase(m)}: {item}"
                 f"{calls or 'synchronising calls'}; the GPU then sat idle "
@@ -391,8 +395,9 @@ def long_gpu_gaps(m: TraceMetrics) -> list[Finding]:
             evidence=(
                 f"{g['count']} idle gaps >= 500 ms, {_ms(g['total_ms'])} in all "
                 f"({_ms(g['unexplained_ms'])} not explained by other findings{warm}); "
-                f"longest {_ms(longest['dur_ms'])} at +{_ms(longest['start_ms'])} while the host "
-                f"was in {longest['host']}."
+                f"longest {_ms(longest['dur_ms'])} "
+                f"{'at the start' if longest['start_ms'] < 1 else 'at +' + _ms(longest['start_ms'])}"
+                f" while the host was in {longest['host']}."
             ),
             fix=(
                 "Find what runs in the gap and take it off the step: checkpoints (save "
