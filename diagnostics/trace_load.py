@@ -31,7 +31,6 @@ class TraceError(Exception):
 
 
 class EventArgs(msgspec.Struct, gc=False):
-    external_id: int | str | None = msgspec.field(default=None, name="External id")
     correlation: int | str | None = None
     stream: int | str | None = None
     device: int | str | None = None

@@ -273,11 +273,15 @@ def _host_steps(data: TraceData) -> tuple[list[tuple[float, float, str]], str]:
     steps = sorted({(ev.ts, ev.ts + ev.dur, ev.name) for ev in data.steps})
     if steps:
         return steps, "ProfilerStep"
-    host = [ev for group in (data.cpu_ops, data.runtime, data.python) for ev in group]
-    if not host:
+    first, last = float("inf"), float("-inf")
+    for group in (data.cpu_ops, data.runtime, data.python):
+        for ev in group:
+            if ev.ts < first:
+                first = ev.ts
+            if ev.ts + ev.dur > last:
+                last = ev.ts + ev.dur
+    if first > last:
         return [], "none"
-    first = min(ev.ts for ev in host)
-    last = max(ev.ts + ev.dur for ev in host)
     # Traces recorded without prof.step(): an iteration ends where its optimizer step ends.
     opt_ends = sorted(
         ev.ts + ev.dur for ev in data.cpu_ops if ev.name.startswith("Optimizer.step#")
@@ -609,7 +613,7 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     _long_gaps(m, gpu_busy_r, by_device, data, runtime_sorted, alloc_r, dataloader_r, sync_r)
     v["top_ops"] = top_ops
     v["memory"] = _memory(data)
-    _assessment(m, data)
+    _assessment(m, data, has_dataloader=bool(dataloader_ops))
     return m
 
 
@@ -1057,7 +1061,7 @@ def _memory(data: TraceData) -> dict:
     return out
 
 
-def _assessment(m: TraceMetrics, data: TraceData) -> None:
+def _assessment(m: TraceMetrics, data: TraceData, has_dataloader: bool) -> None:
     a, na = m.assessed, m.not_assessed
     if m.step_source == "ProfilerStep":
         a.append(f"{len(m.steps)} profiler step(s) and where their time went")
@@ -1069,7 +1073,7 @@ def _assessment(m: TraceMetrics, data: TraceData) -> None:
             "per-step times: no ProfilerStep#N or Optimizer.step in the trace; "
             "the whole trace is treated as one step"
         )
-    if any(ev.name.startswith(DATALOADER_PREFIX) for ev in data.cpu_ops):
+    if has_dataloader:
         a.append("DataLoader share of the step time")
     else:
         na.append("DataLoader share: no enumerate(DataLoader) events in the trace")
