@@ -184,6 +184,27 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _pid_running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child its parent has not reaped yet)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return _pid_alive(pid)
+
+
+def _exits_soon(pid: int, grace: float = 2.0) -> bool:
+    """After the agent hung up on us: is its process going away (it may still be exiting)?"""
+    deadline = time.monotonic() + grace
+    while _pid_running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _unlink_quietly(path: Path) -> None:
     try:
         os.unlink(path)
@@ -310,7 +331,7 @@ class AgentConnection:
             except (ConnectionResetError, TimeoutError):
                 chunk = b""
             if not chunk:
-                gone = not _pid_alive(self.pid)
+                gone = _exits_soon(self.pid)
                 raise AgentError(
                     f"process {self.pid} exited before answering"
                     if gone

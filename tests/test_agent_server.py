@@ -35,8 +35,12 @@ def world(tmp_path_factory):
     os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     os.environ["GPUTOP_CAPTURE_DIR"] = str(captures)
     try:
-        yield agent_env(runtime, captures, RANK="1", LOCAL_RANK="1", WORLD_SIZE="4",
-                        SLURM_JOB_ID="4242"), runtime
+        yield (
+            agent_env(
+                runtime, captures, RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", SLURM_JOB_ID="4242"
+            ),
+            runtime,
+        )
     finally:
         for key, value in saved.items():
             if value is None:
@@ -122,9 +126,18 @@ def test_bad_requests_get_error_replies_and_the_agent_stays_up(job):
         b'{"cmd": "status"}\n',
     )
     codes = [r.get("error") for r in replies]
-    assert codes == ["bad-request", "bad-request", "bad-request", "unknown-command",
-                     "bad-request", "bad-request", "bad-request", "bad-request", "bad-request",
-                     None]
+    assert codes == [
+        "bad-request",
+        "bad-request",
+        "bad-request",
+        "unknown-command",
+        "bad-request",
+        "bad-request",
+        "bad-request",
+        "bad-request",
+        "bad-request",
+        None,
+    ]
     assert all(r["ok"] is False and r["message"] for r in replies[:-1])
     assert replies[-1]["ok"] is True and replies[-1]["steps"] >= 3
     assert ipc.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
@@ -272,4 +285,3 @@ def test_socket_dir_refuses_a_symlink_or_a_foreign_owner(tmp_path, monkeypatch):
         with pytest.raises(ipc.AgentError, match="owned by uid"):
             ipc.socket_dir(create=True)
         assert ipc.list_agents() is not None  # refused quietly on the discovery side
-

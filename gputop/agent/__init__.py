@@ -129,7 +129,10 @@ class _Agent:
         problem = self.hooks.ensure_placed()
         reply: dict[str, Any] = {"ok": True, "pid": os.getpid()}
         reply.update(self.telemetry.status())
-        reply["torch_imported"] = "torch" in sys.modules
+        torch = sys.modules.get("torch")
+        reply["torch_imported"] = torch is not None and not getattr(
+            getattr(torch, "__spec__", None), "_initializing", False
+        )
         reply["step_hook"] = problem is None
         if problem is not None:
             reply["step_hook_problem"] = problem
@@ -147,7 +150,7 @@ class _Agent:
 
 
 def _bad_fields(message: dict[str, Any]) -> dict[str, Any]:
-    extra = sorted(str(k)[:40] for k in message if k != "cmd")
+    extra = sorted(repr(str(k)[:40]) for k in message if k != "cmd")
     return {
         "ok": False,
         "error": "bad-request",

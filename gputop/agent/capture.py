@@ -67,7 +67,7 @@ def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | No
 def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
     """Validate a ``capture`` request into a complete parameter dict (or CaptureError)."""
     allowed = {"cmd", "steps", "warmup", "seconds", "timeout", "out", *_BOOL_FIELDS}
-    unknown = sorted(str(k)[:40] for k in message if k not in allowed)
+    unknown = sorted(repr(str(k)[:40]) for k in message if k not in allowed)
     if unknown:
         raise CaptureError("bad-request", f"unknown field(s) for capture: {', '.join(unknown)}")
     steps = _integer(message, "steps", 1, MAX_STEPS)
@@ -96,7 +96,7 @@ def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
         params[name] = value
     out = message.get("out")
     if out is not None:
-        if not isinstance(out, str) or not out or len(out) > 4096 or "\0" in out:
+        if not isinstance(out, str) or not out or len(out) > 4096 or not out.isprintable():
             raise CaptureError("bad-request", "out must be a directory path")
         if not os.path.isabs(out):
             raise CaptureError("bad-request", "out must be an absolute path")
@@ -288,13 +288,22 @@ class CaptureController:
         return True
 
     def abandon_at_exit(self) -> None:
-        """The process is exiting: whoever waits for a capture hears it now."""
+        """The process is exiting: stop a running profiler and tell whoever waits.
+
+        A torch profiler still running at interpreter shutdown can crash the process (seen
+        with torch 2.13: SIGSEGV), which would turn a clean exit of the job into a failure.
+        """
         job = self.job
-        if job is not None:
-            with self._lock:
-                self._finish_locked(
-                    job, _error("exited", "the process exited before the capture finished")
-                )
+        if job is None:
+            return
+        try:
+            self._stop_profiler(job)
+        except Exception as exc:
+            self.telemetry.record_error(exc)
+        with self._lock:
+            self._finish_locked(
+                job, _error("exited", "the process exited before the capture finished")
+            )
 
     def _busy_message(self) -> str:
         job = self.job

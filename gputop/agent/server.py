@@ -30,6 +30,10 @@ def _error(code: str, message: str) -> dict[str, Any]:
 
 
 def _reply_bytes(reply: dict[str, Any]) -> bytes:
+    message = reply.get("message")
+    if isinstance(message, str) and not message.isprintable():
+        # Error messages are one line for the user, whatever the request echoed.
+        reply = {**reply, "message": "".join(c if c.isprintable() else " " for c in message)}
     try:
         return encode(reply)
     except (TypeError, ValueError) as exc:

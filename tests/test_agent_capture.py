@@ -1,0 +1,227 @@
+"""Captures through the agent of a real training job, and how they fail."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gputop import ipc
+from tests.conftest import wait_for
+from tests.scripts.agent_testkit import (
+    INFERENCE,
+    agent_env,
+    gputop_run,
+    private_runtime_dir,
+    running,
+    train_cmd,
+    wait_for_steps,
+)
+
+TRACE_NAME = re.compile(
+    rf"^{re.escape(socket.gethostname())}_(\d+)\.(\d{{13}})\.pt\.trace\.json\.gz$"
+)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    runtime = private_runtime_dir()
+    captures = tmp_path_factory.mktemp("captures")
+    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR")}
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    os.environ["GPUTOP_CAPTURE_DIR"] = str(captures)
+    try:
+        yield agent_env(runtime, captures), captures
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def job(world):
+    env, _ = world
+    proc = gputop_run(train_cmd("--steps", "0", "--item-ms", "3"), env)
+    with running(proc):
+        wait_for_steps(proc.pid, steps=3)
+        yield proc
+
+
+def trace_events(path: str | Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def in_background(fn, *args, **kwargs) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except Exception as exc:  # handed to the test thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def capture_state(pid: int) -> str:
+    status = ipc.agent_status(pid, timeout=2.0) or {}
+    return (status.get("capture") or {}).get("state", "?")
+
+
+def test_step_capture_writes_a_private_trace_of_exactly_those_steps(world, job):
+    _, captures = world
+    reply = ipc.request(job.pid, {"cmd": "capture", "steps": 3}, timeout=60)
+    path = Path(reply["trace"])
+    assert path.parent == captures
+    match = TRACE_NAME.match(path.name)
+    assert match and int(match.group(1)) == job.pid
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert reply["bytes"] == path.stat().st_size
+    assert sorted(os.listdir(captures)) == [path.name]  # no temp files left behind
+    events = trace_events(path)
+    steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert len(steps) == 3  # the warm-up step is not in the trace
+    names = {e.get("name") for e in events}
+    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in names
+    assert "aten::addmm" in names  # the training thread's ops were seen
+    summary = reply["summary"]
+    assert summary["dataloader_wait_share"] > 0.5
+    assert summary["step_time_mean_s"] > 0 and summary["blocked_s"] < summary["duration_s"]
+    status = ipc.agent_status(job.pid)
+    assert status["capture"]["state"] == "idle"
+    assert status["capture"]["last"]["trace"] == str(path)
+
+
+def test_second_capture_at_once_is_told_busy(job):
+    thread, box = in_background(ipc.request, job.pid, {"cmd": "capture", "steps": 6}, timeout=60)
+    wait_for(lambda: capture_state(job.pid) != "idle", timeout=10)
+    with pytest.raises(ipc.AgentError) as err:
+        ipc.request(job.pid, {"cmd": "capture", "steps": 1}, timeout=10)
+    assert err.value.code == "busy" and "already running" in str(err.value)
+    thread.join(60)
+    assert "error" not in box, box
+    assert Path(box["value"]["trace"]).exists()
+
+
+def test_cancel_stops_a_capture_and_training_goes_on(job):
+    thread, box = in_background(ipc.request, job.pid, {"cmd": "capture", "steps": 500}, timeout=60)
+    wait_for(lambda: capture_state(job.pid) == "recording", timeout=10)
+    assert ipc.request(job.pid, {"cmd": "cancel"})["cancelled"] is True
+    thread.join(30)
+    assert isinstance(box.get("error"), ipc.AgentError) and box["error"].code == "cancelled"
+    steps = ipc.agent_status(job.pid)["steps"]
+    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+    assert capture_state(job.pid) == "idle"
+
+
+def test_unwritable_capture_dir_is_an_error_reply_and_training_goes_on(job, tmp_path):
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("x")
+    for out in (str(a_file / "sub"), "/proc/gputop-captures"):
+        with pytest.raises(ipc.AgentError) as err:
+            ipc.request(job.pid, {"cmd": "capture", "steps": 2, "out": out}, timeout=30)
+        assert err.value.code == "capture-dir" and out in str(err.value)
+    steps = ipc.agent_status(job.pid)["steps"]
+    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 96 KiB tmpfs: room for the directory, not for a trace."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+    )
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: " + done.stderr.decode().strip())
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_capture_dir_is_an_error_reply_and_nothing_is_left_behind(job, full_disk):
+    with pytest.raises(ipc.AgentError) as err:
+        # Shapes and stacks make the trace far larger than the file system.
+        ipc.request(
+            job.pid,
+            {
+                "cmd": "capture",
+                "steps": 4,
+                "out": str(full_disk),
+                "record_shapes": True,
+                "with_stack": True,
+            },
+            timeout=60,
+        )
+    assert err.value.code == "export-failed" and str(full_disk) in str(err.value)
+    assert os.listdir(full_disk) == []
+    steps = ipc.agent_status(job.pid)["steps"]
+    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+    assert ipc.agent_status(job.pid)["agent_errors"] == 0
+
+
+def test_process_exiting_mid_capture_is_reported(world):
+    env, _ = world
+    proc = gputop_run(train_cmd("--steps", "25", "--item-ms", "3"), env)
+    with running(proc):
+        wait_for_steps(proc.pid, steps=2)
+        with pytest.raises(ipc.AgentError) as err:
+            ipc.request(proc.pid, {"cmd": "capture", "steps": 500, "timeout": 30}, timeout=45)
+        assert err.value.code == "exited", err.value
+        assert proc.wait(30) == 0
+
+
+def test_no_steps_says_so_and_a_time_window_capture_works(world):
+    env, _ = world
+    proc = gputop_run([sys.executable, str(INFERENCE)], env)
+    with running(proc):
+        wait_for(lambda: (ipc.agent_status(proc.pid) or {}).get("step_hook"), timeout=60)
+        with pytest.raises(ipc.AgentError) as err:
+            ipc.request(proc.pid, {"cmd": "capture", "steps": 3, "timeout": 1.5}, timeout=30)
+        assert err.value.code == "no-steps"
+        assert "--seconds" in str(err.value) and "\n" not in str(err.value)
+        reply = ipc.request(proc.pid, {"cmd": "capture", "seconds": 0.5}, timeout=60)
+        assert reply["mode"] == "seconds"
+        names = {e.get("name") for e in trace_events(reply["trace"])}
+        assert "aten::linear" in names  # the main thread's forward passes, seen from another
+
+
+def _losses(stdout: str) -> list[str]:
+    return [line.split()[2] for line in stdout.splitlines() if line.startswith("loss ")]
+
+
+def test_loss_sequence_is_identical_without_agent_with_agent_and_with_a_capture(world):
+    env, _ = world
+    args = ("--steps", "16", "--seed", "7", "--item-ms", "4", "--print-loss")
+    plain_env = {k: v for k, v in env.items()}
+    plain = subprocess.Popen(train_cmd(*args), env=plain_env, stdout=subprocess.PIPE, text=True)
+    idle = gputop_run(train_cmd(*args), env)
+    captured = gputop_run(train_cmd(*args), env)
+    with running(plain), running(idle), running(captured):
+        wait_for_steps(captured.pid, steps=2)
+        reply = ipc.request(captured.pid, {"cmd": "capture", "steps": 3}, timeout=60)
+        assert Path(reply["trace"]).exists()  # so the capture happened mid-run
+        outputs = [p.communicate(timeout=60)[0] for p in (plain, idle, captured)]
+        assert [p.returncode for p in (plain, idle, captured)] == [0, 0, 0]
+    sequences = [_losses(out) for out in outputs]
+    assert len(sequences[0]) == 16
+    assert sequences[0] == sequences[1] == sequences[2]
