@@ -78,14 +78,22 @@ class TraceFile(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(TraceFile | list[Event])
 _BARE_NA = re.compile(rb'(?<!")N/A(?!")')
 
-# Category names (lower-cased) by role. 2021 traces use capitalised names.
-_CPU_CATS = frozenset({"cpu_op", "operator", "user_annotation", "cpu_instant_event"})
-_PYTHON_CATS = frozenset({"python_function"})
-_RUNTIME_CATS = frozenset({"cuda_runtime", "runtime", "cuda_driver"})
-_KERNEL_CATS = frozenset({"kernel"})
-_MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
-_MEMSET_CATS = frozenset({"gpu_memset", "memset"})
-_GPU_SYNC_CATS = frozenset({"cuda_sync"})
+# Category (lower-cased) -> role. 2021 traces use capitalised names (Operator, Runtime, ...).
+_ROLE_OF_CATEGORY = {
+    "cpu_op": "cpu",
+    "operator": "cpu",
+    "user_annotation": "cpu",
+    "python_function": "python",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_sync": "gpu_sync",
+}
 
 
 @dataclass(frozen=True)
@@ -229,35 +237,35 @@ def load_trace(path: str | os.PathLike) -> TraceData:
 
 
 def _file_events(data: TraceData, events: list[Event]) -> None:
-    # One pass; bind list appends locally since this loop runs once per event.
-    steps, cpu_ops, python = data.steps.append, data.cpu_ops.append, data.python.append
-    runtime, kernels = data.runtime.append, data.kernels.append
-    memcpys, memsets, gpu_syncs = data.memcpys.append, data.memsets.append, data.gpu_syncs.append
-    memory = data.memory.append
-    cpu_cats, python_cats, runtime_cats = _CPU_CATS, _PYTHON_CATS, _RUNTIME_CATS
-    kernel_cats, memcpy_cats, memset_cats = _KERNEL_CATS, _MEMCPY_CATS, _MEMSET_CATS
+    # One pass, one dict lookup per event: categories map to the list they are filed in (the
+    # lower-cased spelling is only computed for categories not seen before).
+    targets = {
+        "cpu": data.cpu_ops.append,
+        "python": data.python.append,
+        "runtime": data.runtime.append,
+        "kernel": data.kernels.append,
+        "memcpy": data.memcpys.append,
+        "memset": data.memsets.append,
+        "gpu_sync": data.gpu_syncs.append,
+    }
+    cpu_op = targets["cpu"]  # the same bound method object, so `is` below matches it
+    route: dict[str, object] = {}
+    step, memory = data.steps.append, data.memory.append
     for ev in events:
         ph = ev.ph
         if ph == "X":
-            cat = ev.cat.lower()
-            if cat in cpu_cats:
+            cat = ev.cat
+            target = route.get(cat)
+            if target is None:
+                target = route[cat] = targets.get(_ROLE_OF_CATEGORY.get(cat.lower(), ""), False)
+            if target is cpu_op:
                 if ev.name.startswith("ProfilerStep#"):
-                    steps(ev)
+                    step(ev)
                 else:
-                    cpu_ops(ev)
-            elif cat in runtime_cats:
-                runtime(ev)
-            elif cat in kernel_cats:
-                kernels(ev)
-            elif cat in python_cats:
-                python(ev)
-            elif cat in memcpy_cats:
-                memcpys(ev)
-            elif cat in memset_cats:
-                memsets(ev)
-            elif cat in _GPU_SYNC_CATS:
-                gpu_syncs(ev)
-            elif cat == "trace" and ev.dur > 0:
+                    cpu_op(ev)
+            elif target:
+                target(ev)
+            elif cat.lower() == "trace" and ev.dur > 0:
                 data.profiler_span = (ev.ts, ev.ts + ev.dur)
         elif ph == "i" or ph == "I":
             if ev.name == "[memory]":
