@@ -33,7 +33,11 @@ _agent: _Agent | None = None
 
 def is_multiprocessing_child() -> bool:
     """A process started by multiprocessing (spawn, forkserver) or a fork of one."""
-    if "--multiprocessing-fork" in getattr(sys, "orig_argv", sys.argv):
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    if "--multiprocessing-fork" in argv:
+        return True
+    # multiprocessing's helpers: the resource tracker and the forkserver.
+    if "-c" in argv[:-1] and argv[argv.index("-c") + 1].startswith("from multiprocessing."):
         return True
     mp = sys.modules.get("multiprocessing")
     try:

@@ -1,0 +1,131 @@
+"""`gputop capture` end to end: the acceptance flow and its failures, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli, wait_for
+from tests.scripts.agent_testkit import (
+    INFERENCE,
+    agent_env,
+    gputop_run,
+    private_runtime_dir,
+    running,
+    train_cmd,
+    wait_for_steps,
+)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    runtime = private_runtime_dir()
+    captures = tmp_path_factory.mktemp("captures")
+    saved = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)  # for wait_for_steps in this process
+    try:
+        yield agent_env(runtime, captures), captures
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_acceptance_run_then_capture_json_and_report(world, tmp_path):
+    env, captures = world
+    # T.py: a small CPU training loop with a slow DataLoader; 400 steps of ~30 ms, exit code 3.
+    job = gputop_run(train_cmd("--steps", "400", "--item-ms", "3", "--exit-code", "3"), env)
+    with running(job):
+        wait_for_steps(job.pid, steps=2)
+        t0 = time.monotonic()
+        result = run_cli("capture", str(job.pid), "--steps", "3", "--json", env=env, timeout=60)
+        assert time.monotonic() - t0 < 30
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        trace = Path(report["trace"])
+        assert trace.parent == captures and trace.exists()
+        assert stat.S_IMODE(trace.stat().st_mode) == 0o600
+        assert "dataloader-stall" in [f["id"] for f in report["findings"]]
+        assert report["verdict"] == "dataloader-stall"
+        # The human report, into --out this time.
+        out = tmp_path / "traces"
+        human = run_cli("capture", str(job.pid), "--out", str(out), env=env, timeout=60)
+        assert human.returncode == 0, human.stderr
+        assert "dataloader-stall" in human.stdout
+        traces = list(out.iterdir())
+        assert len(traces) == 1 and f"trace: {traces[0]}" in human.stdout
+        assert "Traceback" not in human.stderr + result.stderr
+        # The job runs to completion with its own exit code.
+        assert job.wait(120) == 3
+        assert "finished" in job.stdout.read()
+
+
+def test_process_exiting_mid_capture_is_reported_within_the_timeout(world):
+    env, _ = world
+    job = gputop_run(train_cmd("--steps", "30", "--item-ms", "3"), env)
+    with running(job):
+        wait_for_steps(job.pid, steps=2)
+        t0 = time.monotonic()
+        result = run_cli("capture", str(job.pid), "--steps", "500", "--timeout", "20", env=env)
+        assert time.monotonic() - t0 < 20
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"gputop: error: process {job.pid} exited during the capture"
+        )
+        assert job.wait(30) == 0
+
+
+def test_no_steps_suggests_seconds_and_a_time_window_capture_works(world):
+    env, _ = world
+    job = gputop_run([sys.executable, str(INFERENCE)], env)
+    with running(job):
+        from gputop import ipc
+
+        wait_for(lambda: (ipc.agent_status(job.pid) or {}).get("step_hook"), timeout=60)
+        result = run_cli("capture", str(job.pid), "--timeout", "2", env=env)
+        assert result.returncode == 1
+        last = result.stderr.strip().splitlines()[-1]
+        assert "no optimizer step" in last and "--seconds" in last
+        window = run_cli("capture", str(job.pid), "--seconds", "0.5", "--json", env=env)
+        assert window.returncode == 0, window.stderr
+        report = json.loads(window.stdout)
+        assert Path(report["trace"]).exists() and report["metrics"]
+
+
+def _one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("gputop: error:")
+    return lines[-1]
+
+
+def test_bad_input_is_a_one_line_error(world):
+    env, _ = world
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert f"no process with pid {gone.pid}" in _one_line_error(
+        run_cli("capture", str(gone.pid), env=env), 1
+    )
+    bystander = subprocess.Popen(["sleep", "30"], cwd=REPO)
+    try:
+        line = _one_line_error(run_cli("capture", str(bystander.pid), env=env), 1)
+        assert "has no gputop agent" in line and "gputop run" in line
+    finally:
+        bystander.kill()
+        bystander.wait()
+    assert "process id" in _one_line_error(run_cli("capture", "abc", env=env), 2)
+    assert "--steps" in _one_line_error(run_cli("capture", "1", "--steps", "0", env=env), 2)
+    assert "--timeout" in _one_line_error(run_cli("capture", "1", "--timeout", "0", env=env), 2)
+    both = run_cli("capture", "1", "--steps", "2", "--seconds", "1", env=env)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
