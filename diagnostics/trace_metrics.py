@@ -359,6 +359,68 @@ def _profiler_sync(
     return None
 
 
+@dataclass
+class _RuntimeCalls:
+    """Runtime calls inside the steps, by what they mean for the host."""
+
+    sync: list[Event] = field(default_factory=list)
+    d2h_copies: list[Event] = field(default_factory=list)  # .item(), .cpu(), .tolist()
+    blocking_copies: list[Event] = field(default_factory=list)  # staged/blocking H2D and others
+    alloc: list[Event] = field(default_factory=list)
+    launches: int = 0
+    other_spans: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _classify_runtime(
+    runtime_sorted: list[Event],
+    by_corr: dict[int, list[Activity]],
+    skip: Event | None,
+    w0: float,
+    host_w1: float,
+) -> _RuntimeCalls:
+    calls = _RuntimeCalls()
+    for rt in runtime_sorted:
+        if rt is skip or rt.ts < w0 or rt.ts >= host_w1:
+            continue
+        name = rt.name
+        if name in SYNC_APIS:
+            calls.sync.append(rt)
+        elif is_blocking_copy_api(name):
+            if _copy_direction(rt, by_corr) == "DtoH":
+                calls.d2h_copies.append(rt)
+            else:
+                calls.blocking_copies.append(rt)
+        elif name in ALLOC_APIS:
+            calls.alloc.append(rt)
+        else:
+            if name in _LAUNCH_APIS:
+                calls.launches += 1
+            calls.other_spans.append((rt.ts, rt.ts + rt.dur))
+        if name.startswith(("cudaMemcpyAsync", "hipMemcpyAsync")):
+            # An async D2H copy into pageable memory returns only when the copy is done.
+            corr = rt.args.correlation if rt.args else None
+            for a in by_corr.get(corr, ()) if isinstance(corr, int) else ():
+                if a.kind == "memcpy" and "Pageable" in a.name and "DtoH" in a.name:
+                    calls.d2h_copies.append(rt)
+                    break
+    return calls
+
+
+def _classify_host_ops(ops: list[Event]) -> tuple[list[Event], list[Event], list[Event]]:
+    """DataLoader fetches, .item() reads and host-side collectives among the operators."""
+    dataloader, items, collectives = [], [], []
+    for ev in ops:
+        name = ev.name
+        if name.startswith(DATALOADER_PREFIX):
+            if name.endswith("__next__"):
+                dataloader.append(ev)
+        elif name in _ITEM_OPS:
+            items.append(ev)
+        elif name.startswith(_COLLECTIVE_PREFIXES):
+            collectives.append(ev)
+    return dataloader, items, collectives
+
+
 def compute_metrics(data: TraceData) -> TraceMetrics:
     acts = _gpu_activities(data)
     gpu_present = bool(acts)
@@ -379,13 +441,116 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         steps = [Step("empty", 0.0, 0.0, 0.0, 0.0)]
     w0, w1 = steps[0].start, steps[-1].end
     host_w1 = steps[-1].host_end
+    m = _new_metrics(data, steps, step_source, gpu_present, runtime_sorted)
 
+    # --- host side ---------------------------------------------------------------------------
+    last_real_host_end = host_w1 if step_source != "whole trace" else None
+    prof_sync = _profiler_sync(data.cpu_ops, last_real_host_end, runtime_sorted)
+    calls = _classify_runtime(runtime_sorted, by_corr, prof_sync, w0, host_w1)
+    dataloader_ops, item_ops, collective_ops = _classify_host_ops(data.cpu_ops)
+    # Operators and Python frames both mean "the host is busy"; the DataLoader's own time is
+    # given to its role first, so including its span here changes nothing.
+    cpu_busy, top_ops = _walk_host_ops(data.cpu_ops, w0, w1)
+    cpu_busy = merge(cpu_busy + [_span(ev) for ev in data.python])
+
+    # --- GPU side: ``acts`` is sorted by start, so every subset is too ------------------------
+    compute_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "compute")
+    comm_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "comm")
+    gpu_busy_r = merge_sorted((a.ts, a.end) for a in acts)
+    gpu_index = RangeIndex(gpu_busy_r)
+
+    # Item/_local_scalar_dense count as sync only when the GPU sits idle after they return: the
+    # host really waited for the device, and now the device waits for the host.
+    item_sync = [
+        ev
+        for ev in item_ops
+        if gpu_present and w0 <= ev.ts < host_w1 and gpu_index.covering(ev.ts + ev.dur) is None
+    ]
+    sync_r = merge(_span(ev) for ev in (*calls.sync, *calls.d2h_copies, *item_sync))
+    alloc_r = merge(_span(ev) for ev in calls.alloc)
+    dataloader_r = merge(_span(ev) for ev in dataloader_ops)
+
+    step_slots = merge((s.start, s.end) for s in steps)
+    role_ranges = _step_roles(
+        m,
+        step_slots,
+        {
+            "compute": compute_r,
+            "memcpy": merge_sorted((a.ts, a.end) for a in acts if a.kind == "memcpy"),
+            "memset": merge_sorted((a.ts, a.end) for a in acts if a.kind == "memset"),
+            # Without GPU activity, host-side collectives (gloo) are the communication.
+            "communication": comm_r if gpu_present else merge(map(_span, collective_ops)),
+            "sync": sync_r,
+            "allocator": alloc_r,
+            "runtime": merge_sorted(calls.other_spans),  # from runtime_sorted
+            "dataloader": dataloader_r,
+            "cpu": cpu_busy,
+        },
+    )
+    totals, step_total = m.roles_ms, m.roles_ms["total"]
+
+    # --- GPU busy share and HTA temporal breakdown ------------------------------------------
+    by_device: dict[int, list[Activity]] = defaultdict(list)
+    for a in acts:
+        by_device[a.device].append(a)
+    m.values["gpu"] = {
+        "busy_pct_of_steps": _pct(total(intersect(gpu_busy_r, step_slots)), w1 - w0)
+        if gpu_present
+        else None,
+        "per_device": {},
+    }
+    # HTA-comparable set: the activity launched by runtime calls inside the host steps, plus,
+    # as HTA counts them, device-side sync waits drawn on a stream (non-compute time).
+    stream_syncs = _stream_sync_activities(data)
+    if step_source != "whole trace":
+        launched = [
+            a
+            for a in acts + stream_syncs
+            if a.correlation in rt_by_corr and w0 <= rt_by_corr[a.correlation].ts <= host_w1
+        ]
+    else:
+        launched = acts + stream_syncs
+    launched = sorted(launched) if launched else acts
+    _temporal_breakdown(m, launched, rt_by_corr, gpu_busy_r, acts, step_slots)
+
+    dl_in = [ev for ev in dataloader_ops if ev.ts < w1 and ev.ts + ev.dur > w0]
+    m.values["dataloader"] = {
+        "calls": len(dl_in),
+        "time_ms": _r(total(intersect(dataloader_r, step_slots)) / 1e3),
+        "exposed_ms": _r(totals["dataloader"]),
+        "share_pct": _pct(totals["dataloader"], step_total),
+        "max_call_ms": _r(max((ev.dur for ev in dl_in), default=0.0) / 1e3),
+        "single_process": any("_SingleProcessDataLoaderIter" in ev.name for ev in dl_in),
+        "iterator": dl_in[0].name[len(DATALOADER_PREFIX) :].split(".")[0] if dl_in else None,
+    }
+    _sync(m, calls, sync_r, item_ops, item_sync, gpu_index, dataloader_r, step_slots, role_ranges)
+    if prof_sync is not None:
+        m.values["sync"]["profiler_sync_excluded_ms"] = _r(prof_sync.dur / 1e3)
+    _copies(m, acts, calls.blocking_copies, w0, w1, step_total)
+    _communication(m, comm_r, compute_r, step_slots, totals, collective_ops, data)
+    _kernel_stats(m, acts, rt_by_corr, calls.launches, data)
+    _allocator(m, calls.alloc, steps, w0, w1)
+    _long_gaps(m, gpu_busy_r, by_device, data, runtime_sorted, alloc_r, dataloader_r, sync_r)
+    m.values["top_ops"] = top_ops
+    m.values["memory"] = _memory(data)
+    _assessment(m, data, has_dataloader=bool(dataloader_ops))
+    return m
+
+
+def _new_metrics(
+    data: TraceData,
+    steps: list[Step],
+    step_source: str,
+    gpu_present: bool,
+    runtime_sorted: list[Event],
+) -> TraceMetrics:
+    """The metrics object with what describes the trace: device, window, steps."""
+    w0, w1 = steps[0].start, steps[-1].end
     vendor = None
     if data.devices:
         vendor = "amd" if data.devices[0].is_amd else "nvidia"
     if any(rt.name.startswith("hip") for rt in runtime_sorted[:100]):
         vendor = "amd"
-
     m = TraceMetrics(
         path=data.path,
         gpu_present=gpu_present,
@@ -424,96 +589,11 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         "median_ms": _r(statistics.median(step_ms)),
         "max_ms": _r(max(step_ms)),
     }
+    return m
 
-    # --- host-side interval sets ------------------------------------------------------------
-    last_real_host_end = host_w1 if step_source != "whole trace" else None
-    prof_sync = _profiler_sync(data.cpu_ops, last_real_host_end, runtime_sorted)
-    sync_calls: list[Event] = []
-    d2h_copies: list[Event] = []  # the host waits for a result: .item(), .cpu(), .tolist()
-    blocking_copies: list[Event] = []  # other copies the host waits for (staged/blocking H2D)
-    alloc_calls: list[Event] = []
-    launch_calls = 0
-    runtime_spans: list[tuple[float, float]] = []
-    for rt in runtime_sorted:
-        if rt is prof_sync or rt.ts < w0 or rt.ts >= host_w1:
-            continue
-        name = rt.name
-        if name in SYNC_APIS:
-            sync_calls.append(rt)
-        elif is_blocking_copy_api(name):
-            if _copy_direction(rt, by_corr) == "DtoH":
-                d2h_copies.append(rt)
-            else:
-                blocking_copies.append(rt)
-        elif name in ALLOC_APIS:
-            alloc_calls.append(rt)
-        else:
-            if name in _LAUNCH_APIS:
-                launch_calls += 1
-            runtime_spans.append((rt.ts, rt.ts + rt.dur))
-        if name.startswith(("cudaMemcpyAsync", "hipMemcpyAsync")):
-            # An async D2H copy into pageable memory returns only when the copy is done.
-            corr = rt.args.correlation if rt.args else None
-            for a in by_corr.get(corr, ()) if isinstance(corr, int) else ():
-                if a.kind == "memcpy" and "Pageable" in a.name and "DtoH" in a.name:
-                    d2h_copies.append(rt)
-                    break
 
-    dataloader_ops: list[Event] = []
-    item_ops: list[Event] = []
-    collective_ops: list[Event] = []
-    for ev in data.cpu_ops:
-        name = ev.name
-        if name.startswith(DATALOADER_PREFIX):
-            if name.endswith("__next__"):
-                dataloader_ops.append(ev)
-        elif name in _ITEM_OPS:
-            item_ops.append(ev)
-        elif name.startswith(_COLLECTIVE_PREFIXES):
-            collective_ops.append(ev)
-    # Operators and Python frames both mean "the host is busy"; the DataLoader's own time is
-    # given to its role first, so including its span here changes nothing.
-    cpu_busy, top_ops = _walk_host_ops(data.cpu_ops, w0, w1)
-    cpu_busy = merge(cpu_busy + [_span(ev) for ev in data.python])
-
-    # --- GPU interval sets -------------------------------------------------------------------
-    # ``acts`` is sorted by start, so every subset is too.
-    compute_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "compute")
-    comm_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "comm")
-    memcpy_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "memcpy")
-    memset_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "memset")
-    gpu_busy_r = merge_sorted((a.ts, a.end) for a in acts)
-    gpu_index = RangeIndex(gpu_busy_r)
-
-    # Item/_local_scalar_dense count as sync only when the GPU sits idle after they return: the
-    # host really waited for the device, and now the device waits for the host.
-    item_sync = [
-        ev
-        for ev in item_ops
-        if gpu_present and w0 <= ev.ts < host_w1 and gpu_index.covering(ev.ts + ev.dur) is None
-    ]
-    sync_r = merge(
-        [_span(ev) for ev in sync_calls]
-        + [_span(ev) for ev in d2h_copies]
-        + [_span(ev) for ev in item_sync]
-    )
-    alloc_r = merge(_span(ev) for ev in alloc_calls)
-    dataloader_r = merge(_span(ev) for ev in dataloader_ops)
-
-    # --- step-time breakdown (TensorBoard role priority) -------------------------------------
-    step_slots = merge((s.start, s.end) for s in steps)
-    role_sets = {
-        "compute": compute_r,
-        "memcpy": memcpy_r,
-        "memset": memset_r,
-        # Without GPU activity, host-side collectives (gloo) are the communication.
-        "communication": comm_r if gpu_present else merge(_span(ev) for ev in collective_ops),
-        "sync": sync_r,
-        "allocator": alloc_r,
-        "runtime": merge_sorted(runtime_spans),  # from runtime_sorted
-        "dataloader": dataloader_r,
-        "cpu": cpu_busy,
-    }
+def _step_roles(m: TraceMetrics, step_slots: Ranges, role_sets: dict[str, Ranges]) -> dict:
+    """Give each instant of the steps to the first role (in ``ROLE_ORDER``) active then."""
     remaining = step_slots
     role_ranges: dict[str, Ranges] = {}
     for role in ROLE_ORDER[:-1]:
@@ -523,62 +603,39 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     role_ranges["other"] = remaining
     role_index = {role: RangeIndex(r) for role, r in role_ranges.items()}
     per_step = []
-    for s in steps:
+    for s in m.steps:
         row = {role: role_index[role].covered(s.start, s.end) / 1e3 for role in ROLE_ORDER}
         row["total"] = (s.end - s.start) / 1e3
         per_step.append(row)
     totals = {role: sum(r[role] for r in per_step) for role in (*ROLE_ORDER, "total")}
     m.roles_ms, m.per_step_roles_ms = totals, per_step
-    step_total = totals["total"]
-    v["step_breakdown"] = {
+    m.values["step_breakdown"] = {
         "ms": {k: _r(x) for k, x in totals.items()},
-        "pct": {k: _pct(totals[k], step_total) for k in ROLE_ORDER},
+        "pct": {k: _pct(totals[k], totals["total"]) for k in ROLE_ORDER},
         "per_step_ms": [{k: _r(x) for k, x in row.items()} for row in per_step],
     }
     for role, ranges in role_ranges.items():
         m.ranges[f"role_{role}"] = ranges
+    return role_ranges
 
-    # --- GPU busy share and HTA temporal breakdown --------------------------------------------
-    by_device: dict[int, list[Activity]] = defaultdict(list)
-    for a in acts:
-        by_device[a.device].append(a)
-    v["gpu"] = {
-        "busy_pct_of_steps": _pct(total(intersect(gpu_busy_r, step_slots)), w1 - w0)
-        if gpu_present
-        else None,
-        "per_device": {},
-    }
-    # HTA-comparable set: the activity launched by runtime calls inside the host steps, plus,
-    # as HTA counts them, device-side sync waits drawn on a stream (non-compute time).
-    stream_syncs = _stream_sync_activities(data)
-    if step_source != "whole trace":
-        launched = [
-            a
-            for a in acts + stream_syncs
-            if a.correlation in rt_by_corr and w0 <= rt_by_corr[a.correlation].ts <= host_w1
-        ]
-    else:
-        launched = acts + stream_syncs
-    launched = sorted(launched) if launched else acts
-    _temporal_breakdown(m, launched, rt_by_corr, gpu_busy_r, acts, step_slots)
 
-    # --- DataLoader ----------------------------------------------------------------------------
-    dl_in = [ev for ev in dataloader_ops if ev.ts < w1 and ev.ts + ev.dur > w0]
-    v["dataloader"] = {
-        "calls": len(dl_in),
-        "time_ms": _r(total(intersect(dataloader_r, step_slots)) / 1e3),
-        "exposed_ms": _r(totals["dataloader"]),
-        "share_pct": _pct(totals["dataloader"], step_total),
-        "max_call_ms": _r(max((ev.dur for ev in dl_in), default=0.0) / 1e3),
-        "single_process": any("_SingleProcessDataLoaderIter" in ev.name for ev in dl_in),
-        "iterator": dl_in[0].name[len(DATALOADER_PREFIX) :].split(".")[0] if dl_in else None,
-    }
-
-    # --- host sync -----------------------------------------------------------------------------
+def _sync(
+    m: TraceMetrics,
+    calls: _RuntimeCalls,
+    sync_r: Ranges,
+    item_ops: list[Event],
+    item_sync: list[Event],
+    gpu_index: RangeIndex,
+    dataloader_r: Ranges,
+    step_slots: Ranges,
+    role_ranges: dict[str, Ranges],
+) -> None:
+    w0, w1 = m.window
+    host_w1 = m.steps[-1].host_end
     # The GPU idle that follows a sync: the device drained its queue and waits until the host,
     # released, launches again; counted up to the next GPU activity, minus DataLoader time.
     bubbles: Ranges = []
-    if gpu_present:
+    if m.gpu_present:
         for s0, s1 in sync_r:
             if gpu_index.covering(s1) is not None:
                 continue
@@ -589,32 +646,22 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
             if idle_to > idle_from:
                 bubbles.append((idle_from, idle_to))
     bubbles = subtract(merge(bubbles), dataloader_r)
-    sync_in_steps = intersect(sync_r, step_slots)
-    sync_counts = Counter(ev.name for ev in sync_calls)
-    sync_counts.update(f"device-to-host {ev.name}" for ev in d2h_copies)
+    blocked_ms = total(intersect(sync_r, step_slots)) / 1e3
+    counts = Counter(ev.name for ev in calls.sync)
+    counts.update(f"device-to-host {ev.name}" for ev in calls.d2h_copies)
     items_in = [ev for ev in item_ops if ev.name == "aten::item" and w0 <= ev.ts < host_w1]
-    v["sync"] = {
-        "host_blocked_ms": _r(total(sync_in_steps) / 1e3),
-        "host_blocked_pct": _pct(total(sync_in_steps) / 1e3, step_total),
-        "gpu_idle_while_blocked_ms": _r(totals["sync"]),
+    m.values["sync"] = {
+        "host_blocked_ms": _r(blocked_ms),
+        "host_blocked_pct": _pct(blocked_ms, m.step_total_ms),
+        "gpu_idle_while_blocked_ms": _r(m.roles_ms["sync"]),
         "gpu_idle_after_ms": _r(total(bubbles) / 1e3),
-        "calls": dict(sync_counts.most_common()),
+        "calls": dict(counts.most_common()),
         "item_calls": len(items_in),
         "item_ms": _r(sum(ev.dur for ev in items_in) / 1e3),
         "item_calls_followed_by_gpu_gap": sum(1 for ev in item_sync if ev.name == "aten::item"),
-        "profiler_sync_excluded_ms": _r(prof_sync.dur / 1e3) if prof_sync else 0.0,
+        "profiler_sync_excluded_ms": 0.0,
     }
     m.ranges["sync_gpu_cost"] = merge(role_ranges["sync"] + bubbles)
-
-    _copies(m, acts, blocking_copies, w0, w1, step_total)
-    _communication(m, comm_r, compute_r, step_slots, totals, collective_ops, data)
-    _kernel_stats(m, acts, rt_by_corr, launch_calls, data)
-    _allocator(m, alloc_calls, steps, w0, w1)
-    _long_gaps(m, gpu_busy_r, by_device, data, runtime_sorted, alloc_r, dataloader_r, sync_r)
-    v["top_ops"] = top_ops
-    v["memory"] = _memory(data)
-    _assessment(m, data, has_dataloader=bool(dataloader_ops))
-    return m
 
 
 def _extend(u: list, start: float, end: float) -> None:
