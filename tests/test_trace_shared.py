@@ -186,3 +186,21 @@ def test_edge_case_details(analyses):
     assert old["tensor_cores"]["compute_capability"] == "7.0"  # from computeProperties
     ns = analyses["hta_ns_resolution"].metrics
     assert ns["steps"]["count"] == 5 and 90 < ns["steps"]["median_ms"] < 100
+
+
+def test_memory_pressure_from_the_trace_memory_events(tmp_path):
+    """The H100 trace records "Total Allocated"; on a device with 10% more memory than its peak,
+    the peak sits above TensorBoard's 90% line."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((TRACES / FILES["tracelens_h100_bert_small"]).read_bytes()))
+    peak = analyze_trace(TRACES / FILES["tracelens_h100_bert_small"]).metrics["memory"]
+    peak_bytes = peak["peak_allocated_bytes"]["0"]
+    assert peak["peak_pct_of_capacity"]["0"] < 1  # 97 MiB of 80 GiB: no pressure as recorded
+    doc["deviceProperties"][0]["totalGlobalMem"] = int(peak_bytes * 1.1)
+    small = tmp_path / "small_gpu.json"
+    small.write_text(json.dumps(doc))
+    result = analyze_trace(small)
+    finding = next(f for f in result.findings if f.id == "memory-pressure")
+    assert finding.severity == "warning" and finding.gpu == 0
+    assert "91%" in finding.title
