@@ -8,10 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from diagnostics.live import LiveDiagnosis
 from gputop.errors import UsageError
-from gputop.recording import Recorder, RecordingError, recording_meta
-from gputop.session import open_sampler
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -32,6 +29,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every command module is loaded to build --help, so keep those light.
+    from diagnostics.live import LiveDiagnosis
+    from gputop.recording import Recorder, RecordingError, recording_meta
+    from gputop.session import open_sampler
+
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     if not 0.5 <= args.flush_every <= 60:

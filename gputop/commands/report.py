@@ -9,9 +9,6 @@ import sys
 from pathlib import Path
 
 from gputop.errors import UsageError
-from gputop.recording import RecordingError, _atomic_write_bytes, read_recording
-from gputop.report import compare, load_metrics, parse_regression, summarize
-from gputop.report_text import format_html, format_report
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -36,6 +33,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here (pandas, pyarrow): every command module is loaded to build --help.
+    from gputop.recording import RecordingError, _atomic_write_bytes, read_recording
+    from gputop.report import compare, load_metrics, parse_regression, summarize
+    from gputop.report_text import format_html, format_report
+
     try:
         max_regression = parse_regression(args.max_regression)
     except ValueError as exc:

@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from gputop.format import bytes_h, mbs_h, num, pct, truncate
-from gputop.model import ProcSample, Snapshot
-from gputop.session import open_sampler
+
+if TYPE_CHECKING:
+    from gputop.model import ProcSample, Snapshot
 
 NO_DRIVER_HINT = "try `gputop --demo tour snapshot` to see gputop on simulated GPUs"
 
@@ -27,6 +29,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def take_snapshot(args: argparse.Namespace) -> Snapshot:
+    from gputop.session import open_sampler  # here: keeps `gputop --help` light
+
     with open_sampler(args.demo, args.gpus, args.seed) as sampler:
         sampler.sample()  # primes the CPU-rate counters of the processes it finds
         time.sleep(min(args.interval, 1.0))

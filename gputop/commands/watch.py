@@ -7,10 +7,12 @@ import json
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from diagnostics.live import LiveDiagnosis, Transition
 from gputop.errors import UsageError
-from gputop.session import open_sampler
+
+if TYPE_CHECKING:
+    from diagnostics.live import Transition
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -42,6 +44,10 @@ def format_transition(t: Transition) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: every command module is loaded to build --help, so keep those light.
+    from diagnostics.live import LiveDiagnosis
+    from gputop.session import open_sampler
+
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     # SIGTERM (a job scheduler stopping us) ends the loop like Ctrl-C, with cleanup.
