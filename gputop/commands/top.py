@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from gputop.errors import UsageError
@@ -30,5 +31,11 @@ def run(args: argparse.Namespace) -> int:
     code = app.run()
     if app.error:
         print(f"gputop: error: the sampler stopped: {app.error}", file=sys.stderr)
-        return 1
-    return int(code or 0)
+        code = 1
+    # Everything is cleaned up by now: Textual restored the terminal, and the sampler thread
+    # (joined when the app's event loop closed) stopped the demo processes. Tearing down an
+    # interpreter that holds Textual and pandas costs a noticeable fraction of a second after
+    # q; leave without it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code or 0))

@@ -119,6 +119,7 @@ class GputopApp(App[int]):
         else:
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log)
         self.paused = False
+        self._leaving = False
         self.compact_choice: bool | None = None  # None: the terminal size decides
         self.plan: Plan | None = None
         self.frame: Frame | None = None
@@ -126,6 +127,7 @@ class GputopApp(App[int]):
         self.frames_dropped = 0
         self.error: str | None = None
         self.exit_signal: int | None = None
+        self.gpu_indices: tuple[int, ...] = ()
         self.cards: dict[int, GpuCard] = {}
         self.rows: dict[int, CompactGpuRow] = {}
         self.header = StatusHeader(interval, id="header")
@@ -166,14 +168,19 @@ class GputopApp(App[int]):
                 loop.add_signal_handler(signum, self._on_terminal_signal, signum)
             except (RuntimeError, ValueError, NotImplementedError):
                 pass  # not the main thread (tests) or not Unix
+        if isinstance(self.feed, FixedFeed):
+            self.feed.request_frame()
+
+    def on_load(self) -> None:
+        # Start sampling (and the demo's processes) while the terminal and widgets are being
+        # set up: the first frame is then ready about when the screen is.
         if isinstance(self.feed, SamplerFeed):
             self._run_sampler()
-        else:
-            self.feed.request_frame()
 
     def _on_terminal_signal(self, signum: int) -> None:
         """SIGHUP (the SSH connection dropped) or SIGTERM: leave like q does."""
         self.exit_signal = signum
+        self._leaving = True
         self._stop_feed()
         exit_soon_anyway(128 + signum)
         self.exit(128 + signum)
@@ -186,7 +193,7 @@ class GputopApp(App[int]):
         self._apply_layout(event.size)
 
     def _apply_layout(self, size=None) -> None:
-        n = len(self.cards)
+        n = len(self.gpu_indices)
         width, height = size or self.size
         plan = plan_layout(width, height, n, self.compact_choice)
         self.plan = plan
@@ -202,20 +209,36 @@ class GputopApp(App[int]):
             rows.styles.height = plan.gpu_lines if plan.compact else 0
         self.findings.display = plan.findings
         self.call_after_refresh(self.table.fit_command_column)
-        if self.frame is not None:
+        if n and not (self.rows if plan.compact else self.cards):
+            self.call_later(self._mount_gpu_widgets)
+        elif self.frame is not None:
             self._render_gpus(self.frame)
 
-    async def _mount_gpus(self, indices: tuple[int, ...]) -> None:
-        """Once, when the first frame names the GPUs (again only if the set changes)."""
-        cards = self.query_one("#gpu-cards", Grid)
-        rows = self.query_one("#gpu-rows", VerticalScroll)
-        await cards.remove_children()
-        await rows.remove_children()
-        self.cards = {i: GpuCard(i) for i in indices}
-        self.rows = {i: CompactGpuRow(i) for i in indices}
-        await cards.mount_all(self.cards.values())
-        await rows.mount_all(self.rows.values())
+    async def _mount_gpu_widgets(self) -> None:
+        """Mount the widgets of the current mode the first time it is shown: a terminal that
+        stays compact never builds the cards."""
+        indices = self.gpu_indices
+        if self.plan is None or not indices:
+            return
+        if self.plan.compact and not self.rows:
+            self.rows = {i: CompactGpuRow(i) for i in indices}
+            await self.query_one("#gpu-rows", VerticalScroll).mount_all(self.rows.values())
+        elif not self.plan.compact and not self.cards:
+            self.cards = {i: GpuCard(i) for i in indices}
+            await self.query_one("#gpu-cards", Grid).mount_all(self.cards.values())
+        if self.frame is not None:
+            self._render_gpus(self.frame)
+        if self.findings.findings:
+            self.show_findings(self.findings.findings)
+
+    async def _set_gpus(self, indices: tuple[int, ...]) -> None:
+        """When the first frame names the GPUs (again only if the set changes)."""
+        await self.query_one("#gpu-cards", Grid).remove_children()
+        await self.query_one("#gpu-rows", VerticalScroll).remove_children()
+        self.gpu_indices = indices
+        self.cards, self.rows = {}, {}
         self._apply_layout()
+        await self._mount_gpu_widgets()
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -249,16 +272,21 @@ class GputopApp(App[int]):
 
     async def on_frame_ready(self, message: FrameReady) -> None:
         frame = message.frame
+        if self._leaving:
+            return  # quitting: do not spend the way out drawing
         if frame.seq < self.feed.latest_seq:
             self.frames_dropped += 1  # a newer frame is on its way
             return
         indices = tuple(g.index for g in frame.snapshot.gpus)
-        if indices != tuple(self.cards):
-            await self._mount_gpus(indices)
+        if indices != self.gpu_indices:
+            await self._set_gpus(indices)
         started = time.perf_counter()
         with self.batch_update():
             self.render_frame(frame)
-        self.frame_log.record((time.perf_counter() - started) * 1000.0)
+        if self.frame_log.path:
+            handler_ms = (time.perf_counter() - started) * 1000.0
+            self.call_after_refresh(lambda: self.frame_log.record(
+                handler_ms, (time.perf_counter() - started) * 1000.0))
 
     def render_frame(self, frame: Frame) -> None:
         self.frame = frame
@@ -297,13 +325,13 @@ class GputopApp(App[int]):
         for f in findings:
             if f.gpu is not None and rank.get(f.severity, -1) > rank.get(worst.get(f.gpu), -1):
                 worst[f.gpu] = f.severity
-        for index in self.cards:
-            self.cards[index].mark(worst.get(index))
-            self.rows[index].mark(worst.get(index))
+        for widget in (*self.cards.values(), *self.rows.values()):
+            widget.mark(worst.get(widget.index))
 
     # -- keys -------------------------------------------------------------------------------
 
     def action_quit(self) -> None:
+        self._leaving = True
         self._stop_feed()
         self.exit(0)
 

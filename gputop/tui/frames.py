@@ -87,18 +87,19 @@ def build_frame(history: History, snapshot: Snapshot, window: float | None, seq:
 
 
 class FrameLog:
-    """Durations of the UI's frame handler, written to a file off the UI thread
-    (GPUTOP_FRAME_LOG=path; one duration in milliseconds per line)."""
+    """Frame times, written off the UI thread (GPUTOP_FRAME_LOG=path): one line per frame with
+    the handler's time and the time until the frame was on screen (layout and paint too), in
+    milliseconds."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self._pending: list[float] = []
+        self._pending: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
-    def record(self, ms: float) -> None:
+    def record(self, handler_ms: float, painted_ms: float) -> None:
         if self.path:
             with self._lock:
-                self._pending.append(ms)
+                self._pending.append((handler_ms, painted_ms))
 
     def flush(self) -> None:
         if not self.path:
@@ -107,7 +108,7 @@ class FrameLog:
             pending, self._pending = self._pending, []
         if pending:
             with open(self.path, "a", encoding="utf-8") as out:
-                out.write("".join(f"{ms:.3f}\n" for ms in pending))
+                out.write("".join(f"{h:.3f} {p:.3f}\n" for h, p in pending))
 
 
 class Feed:
@@ -179,7 +180,9 @@ class SamplerFeed(Feed):
 
     def run(self, sampler) -> None:
         """The sampling loop; returns when ``stop`` is called."""
-        sampler.sample()  # primes the per-process CPU counters
+        # The first sample fills the screen at once; CPU rates need a second one, soon after.
+        self.history.record(sampler.sample())
+        self._emit()
         next_tick = time.monotonic() + min(self.interval, 0.3)
         while not self._stop.is_set():
             delay = next_tick - time.monotonic()

@@ -14,8 +14,8 @@ FIXED_LINES = 4
 # The process table keeps at least this many lines (header row included) before GPUs
 # switch to one line each.
 TABLE_MIN_LINES = 10
-FINDINGS_MIN_WIDTH = 100  # below this the findings panel hides and the table takes the width
-FINDINGS_WIDTH = 36
+FINDINGS_MIN_WIDTH = 120  # below this the findings panel hides and the table takes the width
+FINDINGS_WIDTH = 32
 
 
 @dataclass(frozen=True)

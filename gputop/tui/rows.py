@@ -116,7 +116,7 @@ def _worker_cells(w: WorkerSample, gpus: tuple[int, ...], last: bool, tree: bool
         "cpu": pct(w.cpu_percent),
         "rss": bytes_h(w.rss),
         "state": w.state[:8],
-        "command": f"{branch}{w.name} (worker of {parent})",
+        "command": f"{branch}{w.name} (worker)" if tree else f"{w.name} (worker of {parent})",
     }
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from rich.text import Text
+from rich.cells import cell_len
+from rich.segment import Segment
+from textual.strip import Strip
 from textual.widget import Widget
 
 # Dot bits of one braille cell, from the bottom row up, for the left and right dot columns.
@@ -92,36 +94,60 @@ def spark_series(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: f
 
 
 class BrailleChart(Widget):
-    """A time series over a fixed window and a fixed y-range; one row becomes a sparkline."""
+    """A time series over a fixed window and a fixed y-range; one row becomes a sparkline.
+
+    The rows are drawn when the data arrives and the widget repaints only if they changed:
+    a steady GPU costs no paint at all.
+    """
 
     DEFAULT_CSS = """
-    BrailleChart { height: 2; min-height: 1; }
+    BrailleChart { width: 1fr; height: 2; min-height: 1; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self._t: np.ndarray = _EMPTY
-        self._v: np.ndarray = _EMPTY
-        self._start = 0.0
-        self._end = 0.0
-        self._vmax = 0.0
+        self._data: tuple = (_EMPTY, _EMPTY, 0.0, 0.0, 0.0)
+        self._rows: list[str] = []
+        self._rows_size: tuple[int, int] = (0, 0)
+        self._strips: list[Strip] | None = None
+        self._strips_style = None
 
     def set_series(self, t: np.ndarray, v: np.ndarray, start: float, end: float,
                    vmax: float | None) -> None:
         """Show ``v`` over [start, end] against 0..vmax (None: the range is unknown)."""
-        self._t, self._v = t, v
-        self._start, self._end = start, end
-        self._vmax = vmax or 0.0
-        self.refresh()
+        self._data = (t, v, start, end, vmax or 0.0)
+        self._draw()
 
-    def render(self) -> Text:
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
         width, height = self.size.width, self.size.height
         if width <= 0 or height <= 0:
-            return Text("")
-        if not self._vmax:
-            return Text("\n".join(["n/a".center(width)] + [""] * (height - 1)), style="dim")
-        if height == 1:
-            return Text(spark_series(self._t, self._v, self._start, self._end, self._vmax,
-                                     width))
-        values = resample(self._t, self._v, self._start, self._end, width * 2)
-        return Text("\n".join(braille_lines(values, self._vmax, height)))
+            return
+        rows = chart_rows(*self._data, width=width, height=height)
+        if rows != self._rows or self._rows_size != (width, height):
+            self._rows, self._rows_size = rows, (width, height)
+            self._strips = None
+            self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        style = self.rich_style
+        if self._strips is None or self._strips_style != style:
+            width = self.size.width
+            self._strips = [Strip([Segment(row, style)], cell_len(row)).adjust_cell_length(width,
+                                                                                           style)
+                            for row in self._rows]
+            self._strips_style = style
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, style)
+
+
+def chart_rows(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: float, *,
+               width: int, height: int) -> list[str]:
+    if not vmax:
+        return ["n/a".center(width)] + [""] * (height - 1)
+    if height == 1:
+        return [spark_series(t, v, start, end, vmax, width)]
+    return braille_lines(resample(t, v, start, end, width * 2), vmax, height)

@@ -5,38 +5,61 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 
 from gputop.format import mbs_h, num, pct
 from gputop.model import GpuSample
 from gputop.tui.frames import CHART_FIELDS, Points
-from gputop.tui.widgets.chart import BrailleChart
+from gputop.tui.widgets.chart import chart_rows
 from gputop.tui.widgets.gauges import (
     bar,
     gauge_line,
     level_style,
     mem_text,
     pcie_link_max_mbs,
-    pcie_text,
     power_text,
     ratio,
     temp_text,
     throttle_reasons,
 )
-from gputop.tui.widgets.text_line import TextLine
 
 GAUGE_WIDTH = 15
+_EMPTY = np.zeros(0)
 # Temperatures are shown against this: data-centre GPUs slow down around 85-90 C.
 TEMP_SCALE_C = 95.0
 _LABELS = {"util_gpu": "util", "mem_used": "mem", "power_w": "pwr", "pcie_rx_mbs": "pcie"}
 
 
-class Gauge(TextLine):
-    DEFAULT_CSS = """
-    Gauge { width: 15; height: 2; margin-right: 1; }
-    """
+def _style(style: str | Style | None) -> Style | None:
+    if not style:
+        return None
+    return style if isinstance(style, Style) else Style.parse(style)
+
+
+def text_segments(text: Text) -> list[Segment]:
+    """A one-line Text as segments, without Rich's wrapping machinery (spans do not overlap
+    in the texts built here)."""
+    plain, base = text.plain, _style(text.style)
+    if not text.spans:
+        return [Segment(plain, base)] if plain else []
+    out: list[Segment] = []
+    position = 0
+    for span in sorted(text.spans, key=lambda s: s.start):
+        if span.start > position:
+            out.append(Segment(plain[position:span.start], base))
+        style = _style(span.style)
+        out.append(Segment(plain[span.start:span.end], base + style if base and style
+                           else style or base))
+        position = max(position, span.end)
+    if position < len(plain):
+        out.append(Segment(plain[position:], base))
+    return out
 
 
 def chart_limit(gpu: GpuSample, field: str) -> float | None:
@@ -94,48 +117,98 @@ def status_text(gpu: GpuSample) -> Text:
     return text
 
 
-class GpuCard(Vertical):
+class GpuCard(Widget):
+    """One widget per GPU, drawn line by line: a card of 15 small widgets costs the compositor
+    15 times the work each tick. Lines that did not change are not repainted."""
+
     DEFAULT_CSS = """
     GpuCard { border: round $secondary; padding: 0 0 0 1; height: 1fr; }
-    GpuCard .metric { height: 1fr; min-height: 2; }
-    GpuCard BrailleChart { height: 1fr; }
     """
+    COMPONENT_CLASSES = {f"gpu-card--{field}" for field in CHART_FIELDS}
 
     def __init__(self, index: int) -> None:
         super().__init__(id=f"gpu-card-{index}", classes="gpu-card")
         self.index = index
-        self.gauges = {f: Gauge(classes=f"gauge-{f}") for f in CHART_FIELDS}
-        self.charts = {f: BrailleChart(classes=f"chart chart-{f}") for f in CHART_FIELDS}
-        self.info = TextLine(classes="gpu-info")
-        self.status = TextLine(classes="gpu-status")
         self._title = ""
         # The last known chart tops: a lost GPU no longer reports its limits.
         self._limits: dict[str, float | None] = {}
-
-    def compose(self) -> ComposeResult:
-        for field in CHART_FIELDS:
-            with Horizontal(classes="metric"):
-                yield self.gauges[field]
-                yield self.charts[field]
-        yield self.info
-        yield self.status
+        self._data: tuple | None = None
+        self._lines: list[tuple[Text, str, str]] = []  # (gauge part, chart row, chart field)
+        self._strips: list[Strip | None] = []
+        self._base: Style | None = None
 
     def update_gpu(self, gpu: GpuSample, series: Mapping[str, Points], start: float,
                    end: float) -> None:
         title = f" {gpu.index} · {gpu.name or '?'} "
         if title != self._title:
             self._title = self.border_title = title
-        self.set_class(gpu.lost, "-lost")
-        self.set_class(bool(throttle_reasons(gpu)), "-throttled")
+        if gpu.lost != self.has_class("-lost"):
+            self.set_class(gpu.lost, "-lost")
+        throttled = bool(throttle_reasons(gpu))
+        if throttled != self.has_class("-throttled"):
+            self.set_class(throttled, "-throttled")
         for field in CHART_FIELDS:
-            self.gauges[field].set_text(gauge_text(gpu, field))
             limit = chart_limit(gpu, field) or self._limits.get(field)
             self._limits[field] = limit
-            t, v = series.get(field, (None, None))
-            if t is not None:
-                self.charts[field].set_series(t, v, start, end, limit)
-        self.info.set_text(info_text(gpu) if not gpu.lost else Text(""))
-        self.status.set_text(status_text(gpu))
+        self._data = (gpu, series, start, end)
+        self._layout_lines()
+
+    def on_resize(self) -> None:
+        self._layout_lines()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None
+        self._strips = [None] * len(self._lines)
+
+    def _layout_lines(self) -> None:
+        """Compute every content line; repaint the ones that differ from the screen."""
+        width, height = self.size.width, self.size.height
+        if self._data is None or width <= 0 or height <= 0:
+            return
+        gpu, series, start, end = self._data
+        chart_width = max(1, width - GAUGE_WIDTH - 1)
+        block = max(2, (height - 2) // len(CHART_FIELDS))
+        lines: list[tuple[Text, str, str]] = []
+        for field in CHART_FIELDS:
+            gauge = gauge_text(gpu, field).split("\n")
+            t, v = series.get(field, (_EMPTY, _EMPTY))
+            rows = chart_rows(t, v, start, end, self._limits.get(field) or 0.0,
+                              width=chart_width, height=block)
+            for i in range(block):
+                lines.append((gauge[i] if i < len(gauge) else Text(), rows[i], field))
+        lines.append((info_text(gpu) if not gpu.lost else Text(), "", ""))
+        lines.append((status_text(gpu), "", ""))
+        lines = lines[:height]
+        if len(lines) != len(self._lines):
+            self._strips = [None] * len(lines)
+            self._lines = lines
+            self.refresh()
+            return
+        for y, (new, old) in enumerate(zip(lines, self._lines)):
+            if new != old:
+                self._strips[y] = None
+                self.refresh(Region(0, y, width, 1))
+        self._lines = lines
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._base is None:
+            self._base = self.rich_style
+        if y >= len(self._lines):
+            return Strip.blank(width, self._base)
+        strip = self._strips[y]
+        if strip is None:
+            gauge, row, field = self._lines[y]
+            segments = text_segments(gauge)
+            if field:
+                pad = GAUGE_WIDTH + 1 - gauge.cell_len
+                segments.append(Segment(" " * pad))
+                segments.append(Segment(row, self.get_component_rich_style(
+                    f"gpu-card--{field}", partial=True)))
+            strip = Strip(segments).apply_style(self._base).adjust_cell_length(width, self._base)
+            self._strips[y] = strip
+        return strip
 
     # Kept for findings (a later issue marks the card of the GPU a finding is about).
     def mark(self, severity: str | None) -> None:
@@ -143,4 +216,4 @@ class GpuCard(Vertical):
             self.set_class(severity == level, f"-finding-{level}")
 
 
-__all__ = ["GpuCard", "chart_limit", "pcie_text"]
+__all__ = ["GpuCard", "chart_limit"]

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 
 import numpy as np
 from rich.text import Text
-from textual.widget import Widget
 
 from gputop.format import mbs_h, pct
 from gputop.model import GpuSample
@@ -14,6 +13,7 @@ from gputop.tui.frames import Points
 from gputop.tui.widgets.chart import spark_series
 from gputop.tui.widgets.gauges import level_style, mem_text, power_text, ratio, temp_text
 from gputop.tui.widgets.gpu_card import chart_limit
+from gputop.tui.widgets.text_line import StripWidget
 
 SPARK_MIN = 5
 SPARK_MAX = 24
@@ -77,9 +77,9 @@ def compact_line(gpu: GpuSample, series: Mapping[str, Points], start: float, end
     return head
 
 
-class CompactGpuRow(Widget):
+class CompactGpuRow(StripWidget):
     DEFAULT_CSS = """
-    CompactGpuRow { height: 1; }
+    CompactGpuRow { width: 1fr; height: 1; }
     """
 
     def __init__(self, index: int) -> None:
@@ -91,13 +91,12 @@ class CompactGpuRow(Widget):
                    end: float) -> None:
         self._args = (gpu, series, start, end)
         self.set_class(gpu.lost, "-lost")
-        self.refresh()
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        if self._args is not None and self.size.width > 0:
+            self.show_text(compact_line(*self._args, width=self.size.width))
 
     def mark(self, severity: str | None) -> None:
         for level in ("info", "warning", "critical"):
             self.set_class(severity == level, f"-finding-{level}")
-
-    def render(self) -> Text:
-        if self._args is None:
-            return Text("")
-        return compact_line(*self._args, width=self.size.width)

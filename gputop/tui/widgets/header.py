@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual.widget import Widget
 
 from gputop.model import Snapshot
 from gputop.tui.frames import WINDOW_NAMES
+from gputop.tui.widgets.text_line import StripWidget
 
 SHORT_WINDOW = {60.0: "1m", 600.0: "10m", 3600.0: "1h", None: "run"}
 
@@ -60,9 +60,9 @@ def header_text(snap: Snapshot | None, interval: float, window: float | None, pa
     return text
 
 
-class StatusHeader(Widget):
+class StatusHeader(StripWidget):
     DEFAULT_CSS = """
-    StatusHeader { height: 1; background: $panel; }
+    StatusHeader { width: 1fr; height: 1; background: $panel; }
     """
 
     def __init__(self, interval: float, *, id: str | None = None) -> None:
@@ -77,8 +77,9 @@ class StatusHeader(Widget):
         self.snapshot = snapshot or self.snapshot
         self.window = window
         self.paused = paused
-        self.refresh()
+        self.rebuild()
 
-    def render(self) -> Text:
-        return header_text(self.snapshot, self.interval, self.window, self.paused,
-                           self.size.width, self.status)
+    def rebuild(self) -> None:
+        if self.size.width > 0:
+            self.show_text(header_text(self.snapshot, self.interval, self.window, self.paused,
+                                       self.size.width, self.status))

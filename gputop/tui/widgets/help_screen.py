@@ -2,43 +2,41 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("q, Ctrl-C", "quit (never signals any process)"),
-    ("space", "pause / resume the display (sampling and history go on)"),
-    ("1 2 3 4", "chart window: 1 min, 10 min, 1 h, the whole run"),
-    ("c", "compact mode on/off (one line per GPU)"),
-    ("s / S", "sort by the next column / reverse the order"),
-    ("/", "filter processes by pid, user, command (Esc clears)"),
-    ("t", "tree of DataLoader workers / flat list"),
-    ("Enter", "process view: CPU of the process and its workers, GPU memory"),
-    ("k", "send SIGTERM to the selected process (asks first)"),
-    ("p", "capture a profile of the selected training process (needs the agent)"),
+    ("space", "pause the display (sampling goes on)"),
+    ("1 2 3 4", "chart window: 1 min, 10 min, 1 h, whole run"),
+    ("c", "compact mode: one line per GPU"),
+    ("s / S", "sort by the next column / reverse"),
+    ("/", "filter by pid, user or command (Esc clears)"),
+    ("t", "DataLoader workers as a tree / flat list"),
+    ("Enter", "process view: CPU, workers' CPU, GPU memory"),
+    ("k", "send SIGTERM to the process (asks first)"),
+    ("p", "capture a profile (needs the gputop agent)"),
     ("?", "this help"),
     ("Esc", "close a view or this help"),
 )
 
 
-def help_table() -> Table:
-    table = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
-    for key, what in KEYS:
-        table.add_row(key, what)
-    return table
+def help_text() -> Text:
+    text = Text()
+    for i, (key, what) in enumerate(KEYS):
+        text.append(("\n" if i else "") + f"{key:<10}", style="bold")
+        text.append(f"  {what}")
+    return text
 
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll {
+    HelpScreen > Vertical {
         width: auto; max-width: 90%; height: auto; max-height: 90%;
         border: round $accent; padding: 0 1; background: $surface;
     }
@@ -49,11 +47,12 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as box:
+        with Vertical() as box:
             box.border_title = "gputop keys"
-            yield Static(help_table())
-            yield Static(Text("\nCharts share fixed ranges (0-100 %, 0-power limit, 0-memory, "
-                              "0-PCIe link max) so GPUs compare at a glance.", style="dim"))
+            yield Static(help_text())
+            yield Static(Text("\nCharts have fixed ranges (0-100 %, 0-power limit,\n"
+                              "0-memory, 0-PCIe link max): GPUs compare at a glance.",
+                              style="dim"))
 
     def action_dismiss(self) -> None:
         self.dismiss(None)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widget import Widget
 
 from gputop.format import bytes_h, num, pct, rate_h
 from gputop.model import HostSample
 from gputop.tui.widgets.gauges import bar, level_style, ratio
+from gputop.tui.widgets.text_line import StripWidget
 
 _COLUMN = " ▁▂▃▄▅▆▇█"
 
@@ -60,9 +60,9 @@ def host_lines(host: HostSample, width: int) -> Text:
     return Text("\n").join([line1, line2])
 
 
-class HostPanel(Widget):
+class HostPanel(StripWidget):
     DEFAULT_CSS = """
-    HostPanel { height: 2; }
+    HostPanel { width: 1fr; height: 2; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -71,9 +71,8 @@ class HostPanel(Widget):
 
     def update_host(self, host: HostSample) -> None:
         self._host = host
-        self.refresh()
+        self.rebuild()
 
-    def render(self) -> Text:
-        if self._host is None:
-            return Text("")
-        return host_lines(self._host, self.size.width)
+    def rebuild(self) -> None:
+        if self._host is not None and self.size.width > 0:
+            self.show_text(host_lines(self._host, self.size.width))

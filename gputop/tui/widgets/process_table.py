@@ -7,7 +7,10 @@ scroll position survive every tick.
 
 from __future__ import annotations
 
-from rich.text import Text
+from rich.cells import cell_len, set_cell_size
+from rich.measure import Measurement
+from rich.segment import Segment
+from rich.style import Style
 from textual.binding import Binding
 from textual.widgets import DataTable
 
@@ -16,6 +19,43 @@ from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
 
 _RIGHT = {key for key, _, _, right in COLUMNS if right}
 CURSOR_MARK = "›"
+
+
+class Cell:
+    """A table cell that renders as one ready segment.
+
+    DataTable re-renders every visible cell after any update; a Rich Text cell goes through
+    wrapping and justification each time, which made the table the costliest part of a frame.
+    This cell only pads or cuts its text to the column width.
+    """
+
+    __slots__ = ("plain", "right")
+
+    def __init__(self, plain: str, right: bool = False) -> None:
+        self.plain = plain
+        self.right = right
+
+    def __rich_console__(self, console, options):
+        width = options.max_width
+        text = self.plain
+        size = cell_len(text)
+        if size > width:
+            text, size = set_cell_size(text, width), width
+        pad = " " * (width - size)
+        yield Segment(pad + text if self.right else text + pad)
+
+    def __rich_measure__(self, console, options) -> Measurement:
+        size = cell_len(self.plain)
+        return Measurement(size, size)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cell) and (self.plain, self.right) == (other.plain, other.right)
+
+    def __hash__(self) -> int:
+        return hash((self.plain, self.right))
+
+    def __repr__(self) -> str:
+        return f"Cell({self.plain!r})"
 
 
 class ProcessTable(DataTable):
@@ -38,6 +78,19 @@ class ProcessTable(DataTable):
         self._cells: dict[str, dict[str, str]] = {}
         self._marked: str | None = None
         self._applying = False
+        self._rich_style_memo: Style | None = None
+
+    # DataTable asks for its Rich style once per line painted, and computing it walks every
+    # ancestor's styles; it changes only when this widget's styles are applied again.
+    @property
+    def rich_style(self) -> Style:
+        if self._rich_style_memo is None:
+            self._rich_style_memo = super().rich_style
+        return self._rich_style_memo
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._rich_style_memo = None
 
     def on_mount(self) -> None:
         for key, label, width, _ in COLUMNS:
@@ -46,7 +99,7 @@ class ProcessTable(DataTable):
 
     # -- view state (keys s, S, t, /) -------------------------------------------------------
 
-    def _label(self, key: str, label: str) -> Text:
+    def _label(self, key: str, label: str) -> Cell:
         if key == self.sort_key:
             descending = (key in DESCENDING) != self.reverse
             label += "▼" if descending else "▲"
@@ -116,10 +169,10 @@ class ProcessTable(DataTable):
         rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle)
         self._apply(rows)
 
-    def _cell(self, key: str, value: str) -> Text:
+    def _cell(self, key: str, value: str) -> Cell:
         if key in _RIGHT:
-            return Text(value, justify="right", no_wrap=True)
-        return Text(" " + value, no_wrap=True)
+            return Cell(value, right=True)
+        return Cell(" " + value)
 
     def _apply(self, rows: list[Row]) -> None:
         selected = self.selected_row()

@@ -40,6 +40,7 @@ class ProcessScreen(Screen[None]):
     ProcessScreen { layout: vertical; }
     ProcessScreen #proc-title { height: auto; padding: 0 1; background: $panel; }
     ProcessScreen .chart-box { border: round $secondary; height: 1fr; min-height: 3; }
+    ProcessScreen BrailleChart { height: 1fr; }
     ProcessScreen #proc-workers { height: auto; max-height: 10; padding: 0 1; }
     """
     BINDINGS = [Binding("escape", "close", "back")]

@@ -1,16 +1,74 @@
-"""A widget that shows a given Text and repaints only when it changes.
+"""Widgets that draw given text through Textual's line API, repainting only on a change.
 
-Static.update() asks for a new layout on every call; these lines have a fixed size, so a repaint
-is enough and per-tick updates stay cheap.
+Static.update() asks for a new layout on every call and renders through Textual's general
+content pipeline; these widgets have a fixed size, keep their lines as ready strips and skip
+the repaint when a tick brings the same text, which keeps a frame cheap (see
+benchmarks/bench_tui.py).
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 
-class TextLine(Widget):
+def text_strips(widget: Widget, text: Text, width: int) -> list[Strip]:
+    """``text`` as one strip per line, cut or padded to ``width``, on the widget's style."""
+    base = widget.rich_style
+    segments = list(text.render(widget.app.console))
+    return [
+        Strip(line).apply_style(base).adjust_cell_length(width, base)
+        for line in Segment.split_lines(segments)
+    ]
+
+
+class StripWidget(Widget):
+    """Shows a Text given with ``show_text``; widgets whose text depends on their width
+    rebuild it in ``rebuild`` (called on resize)."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._text = Text()
+        self._strips: list[Strip] | None = None
+        self._strips_key: tuple | None = None
+
+    def rebuild(self) -> None:
+        """Make the text again for a new width (widgets whose text depends on it)."""
+
+    def on_resize(self) -> None:
+        self.rebuild()
+
+    def show_text(self, text: Text) -> None:
+        """Repaint only when the text differs from what is on screen."""
+        if text == self._text:
+            return
+        grew = text.plain.count("\n") != self._text.plain.count("\n")
+        self._text = text
+        self._strips = None
+        # A different number of lines matters only to auto-height widgets: then re-layout.
+        self.refresh(layout=grew)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        key = (width, self.rich_style)
+        if self._strips is None or self._strips_key != key:
+            self._strips = text_strips(self, self._text, width)
+            self._strips_key = key
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, self.rich_style)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return self._text.plain.count("\n") + 1
+
+    def get_content_width(self, container, viewport) -> int:
+        return max((cell_len(line) for line in self._text.plain.split("\n")), default=0)
+
+
+class TextLine(StripWidget):
     DEFAULT_CSS = """
     TextLine { height: 1; }
     """
@@ -25,13 +83,4 @@ class TextLine(Widget):
         return self._text
 
     def set_text(self, text: Text | str) -> None:
-        text = Text(text) if isinstance(text, str) else text
-        if text == self._text:
-            return
-        # A different number of lines matters only to auto-height lines: then re-layout.
-        grew = text.plain.count("\n") != self._text.plain.count("\n")
-        self._text = text
-        self.refresh(layout=grew)
-
-    def render(self) -> Text:
-        return self._text
+        self.show_text(Text(text) if isinstance(text, str) else text)

@@ -1,0 +1,66 @@
+"""Screenshots of the monitor on fixed data, compared with the accepted SVGs in
+tests/__snapshots__/ (pytest-textual-snapshot). Update after a deliberate change with
+`pytest tests/test_tui_snapshots.py --snapshot-update` and look at the new SVGs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gputop.tui.app import GputopApp
+from tests.tui_data import scenario_snapshots
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    """The header shows local time: pin the zone so the screenshots match anywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def first_frame(pilot) -> None:
+    for _ in range(200):
+        if pilot.app.frames_rendered and pilot.app.table.row_count:
+            break
+        await pilot.pause(0.01)
+    await pilot.pause()
+
+
+def app_for(scenario: str) -> GputopApp:
+    return GputopApp(snapshots=scenario_snapshots(scenario, 90))
+
+
+def test_tour_80x24(snap_compare):
+    assert snap_compare(app_for("tour"), terminal_size=(80, 24), run_before=first_frame)
+
+
+def test_tour_160x50(snap_compare):
+    assert snap_compare(app_for("tour"), terminal_size=(160, 50), run_before=first_frame)
+
+
+def test_input_starved_120x40_process_view(snap_compare):
+    async def open_view(pilot) -> None:
+        await first_frame(pilot)
+        await pilot.press("enter")
+        for _ in range(200):
+            if pilot.app.frame.process is not None:
+                break
+            await pilot.pause(0.01)
+        await pilot.pause()
+
+    assert snap_compare(app_for("input-starved"), terminal_size=(120, 40), run_before=open_view)
+
+
+def test_help_80x24(snap_compare):
+    async def help_screen(pilot) -> None:
+        await first_frame(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app_for("healthy"), terminal_size=(80, 24), run_before=help_screen)

@@ -1,0 +1,180 @@
+"""The TUI's pure parts: chart drawing, layout decisions, process rows and line fitting."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gputop.model import GpuSample, ProcSample, WorkerSample
+from gputop.tui.layout import plan_layout
+from gputop.tui.rows import build_rows
+from gputop.tui.widgets.chart import braille_lines, resample, sparkline
+from gputop.tui.widgets.gauges import bar, pcie_link_max_mbs
+from gputop.tui.widgets.gpu_row import compact_line
+from gputop.tui.widgets.header import header_text
+from gputop.tui.widgets.host_panel import host_lines, per_core_text
+from tests.tui_data import scenario_snapshots
+
+SNAPS = scenario_snapshots("tour", 30)
+
+
+# -- charts --------------------------------------------------------------------------------
+
+def test_resample_means_per_bin_and_leaves_no_data_as_nan():
+    t = np.array([0.0, 0.5, 1.0, 1.5, 8.0])
+    v = np.array([10.0, 20.0, 30.0, 50.0, 70.0], dtype=np.float32)
+    out = resample(t, v, 0.0, 10.0, 5)  # bins of 2 s
+    assert out[0] == pytest.approx(27.5)  # mean of the four samples of the first bin
+    assert math.isnan(out[1]) and math.isnan(out[2])  # a real gap, wider than the spacing
+    assert out[4] == pytest.approx(70.0)
+
+
+def test_resample_fills_bins_narrower_than_the_sampling_interval():
+    t = np.arange(0.0, 60.0, 1.0)
+    v = np.full(60, 40.0, dtype=np.float32)
+    out = resample(t, v, 0.0, 60.0, 240)  # 4 bins per sample
+    assert not np.isnan(out[:236]).any()
+
+
+def test_resample_keeps_a_lost_gpu_as_a_gap():
+    t = np.arange(0.0, 20.0, 1.0)
+    v = np.where(t < 10, 90.0, np.nan).astype(np.float32)
+    out = resample(t, v, 0.0, 20.0, 20)
+    assert not np.isnan(out[:10]).any() and np.isnan(out[12:]).all()
+
+
+def test_braille_uses_a_fixed_range_and_shows_small_values():
+    values = np.array([100.0, 100.0, 50.0, 50.0, 1.0, 1.0, np.nan, np.nan])
+    top, bottom = braille_lines(values, vmax=100.0, height=2)
+    assert len(top) == len(bottom) == 4
+    assert top[0] == "⣿" and bottom[0] == "⣿"  # full scale: both rows full
+    assert top[1] == "⠀" and bottom[1] == "⣿"  # half scale: the bottom row only
+    assert bottom[2] == "⣀"  # 1 %: still one dot, so it reads as "some", not "none"
+    assert bottom[3] == "⠀"  # no data: blank
+    # Values above the range are clipped, not rescaled.
+    assert braille_lines(np.array([500.0, 500.0]), 100.0, 1) == ["⣿"]
+
+
+def test_sparkline_levels():
+    assert sparkline(np.array([0.0, 50.0, 100.0, np.nan]), 100.0) == "▁▄█ "
+    assert sparkline(np.array([1.0]), 0.0) == " "  # unknown range: nothing drawn
+
+
+def test_bar_in_eighths():
+    assert bar(0.5, 4) == "██░░"
+    assert bar(0.5, 1) == "▌" and bar(1 / 8, 1) == "▏"
+    assert bar(None, 3) == "···"
+    assert bar(2.0, 3) == "███"
+
+
+def test_pcie_link_max():
+    gpu = GpuSample(index=0, pcie_gen_max=4, pcie_width_max=16)
+    assert pcie_link_max_mbs(gpu) == 1969 * 16
+    assert pcie_link_max_mbs(GpuSample(index=0)) is None
+
+
+# -- layout --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size,gpus,compact,findings", [
+    ((80, 24), 8, True, False),
+    ((80, 24), 1, True, False),  # a short terminal: one line per GPU even for one
+    ((120, 40), 8, True, True),
+    ((120, 40), 1, False, True),
+    ((160, 50), 8, False, True),
+    ((200, 60), 8, False, True),
+    ((160, 50), 16, True, True),  # many GPUs
+])
+def test_plan_layout(size, gpus, compact, findings):
+    plan = plan_layout(*size, gpus)
+    assert plan.compact is compact and plan.findings is findings
+    if not compact:
+        rows = math.ceil(gpus / plan.columns)
+        assert rows * plan.card_height + 4 + 10 <= size[1]
+        assert plan.columns * 40 <= size[0]
+
+
+def test_plan_layout_follows_the_users_choice():
+    assert plan_layout(160, 50, 8, compact=True).compact
+    assert not plan_layout(80, 24, 1, compact=False).compact
+
+
+# -- process rows --------------------------------------------------------------------------
+
+def _snap_with(procs_by_gpu):
+    base = SNAPS[-1]
+    gpus = tuple(replace(g, processes=tuple(procs_by_gpu.get(g.index, ()))) for g in base.gpus)
+    return replace(base, gpus=gpus)
+
+
+def _proc(pid, mem, cpu, workers=()):
+    return ProcSample(pid=pid, name="python", gpu_mem=mem, cpu_percent=cpu, cmdline=f"job {pid}",
+                      user="u", state="running",
+                      workers=tuple(WorkerSample(w, "w", c, 1, "sleeping") for w, c in workers))
+
+
+def test_rows_tree_by_gpu_with_workers_under_their_process():
+    snap = _snap_with({0: [_proc(30, 5, 1, [(32, 9.0), (31, 8.0)])], 1: [_proc(20, 9, 2)]})
+    rows = build_rows(snap)
+    assert [r.pid for r in rows] == [30, 31, 32, 20]
+    assert rows[1].parent == 30 and rows[2].cells["command"].startswith("└─ ")
+
+
+def test_rows_sort_descending_by_default_reverse_and_missing_last():
+    snap = _snap_with({0: [_proc(30, 5, 1)], 1: [_proc(20, 9, 2)], 2: [_proc(10, None, 3)]})
+    assert [r.pid for r in build_rows(snap, sort="gpu_mem")] == [20, 30, 10]
+    assert [r.pid for r in build_rows(snap, sort="gpu_mem", reverse=True)] == [30, 20, 10]
+    assert [r.pid for r in build_rows(snap, sort="pid")] == [10, 20, 30]
+
+
+def test_rows_flat_list_and_filter():
+    snap = _snap_with({0: [_proc(30, 5, 1, [(31, 80.0)])], 1: [_proc(20, 9, 2)]})
+    flat = build_rows(snap, sort="cpu", tree=False)
+    assert [r.pid for r in flat] == [31, 20, 30]
+    assert flat[0].cells["command"] == "w (worker of 30)"
+    assert [r.pid for r in build_rows(snap, needle="job 20")] == [20]
+    assert [r.pid for r in build_rows(snap, needle="31")] == [30, 31]  # a worker's pid
+
+
+def test_a_process_on_two_gpus_is_one_row():
+    p = _proc(30, 5, 1, [(31, 1.0)])
+    rows = build_rows(_snap_with({0: [p], 3: [p]}))
+    assert [r.pid for r in rows] == [30, 31] and rows[0].cells["gpu"] == "0,3"
+
+
+def test_a_child_that_holds_a_gpu_is_not_listed_twice():
+    child = _proc(31, 1, 1)
+    parent = _proc(30, 5, 1, [(31, 1.0)])
+    rows = build_rows(_snap_with({0: [parent], 1: [child]}))
+    assert sorted(r.pid for r in rows) == [30, 31] and len(rows) == 2
+
+
+# -- fitting lines to the width ------------------------------------------------------------
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 160, 250])
+def test_header_fits_every_width(width):
+    text = header_text(SNAPS[-1], 1.0, 60.0, False, width)
+    assert text.cell_len == width
+    assert text.plain.rstrip().endswith("10:00:29")
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_compact_line_fits_and_keeps_name_and_util(width):
+    snap = SNAPS[-1]
+    for gpu in snap.gpus:
+        line = compact_line(gpu, {}, snap.time - 60, snap.time, width)
+        assert line.cell_len <= width
+        assert (gpu.name or "")[:22] in line.plain
+    throttled = next(g for g in snap.gpus if g.clock_events)
+    assert "⚠" in compact_line(throttled, {}, 0, 1, 80).plain
+
+
+def test_host_lines_fit_and_fold_many_cores():
+    host = SNAPS[-1].host
+    for width in (80, 160):
+        first, second = host_lines(host, width).plain.split("\n")
+        assert len(first) <= width and len(second) <= width
+        assert "iowait" in first and "swap" in second
+    assert per_core_text(tuple(float(i) for i in range(128)), 16).cell_len == 16
