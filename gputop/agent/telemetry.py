@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,10 @@ from typing import Any
 _LEADER_TAKEOVER = 4
 _RING = 512  # steps kept for status percentiles
 _WINDOW_S = 30.0  # status looks at steps that ended this recently
+
+
+def _nobody() -> None:
+    return None
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -39,7 +44,8 @@ class StepTelemetry:
         self._last_step_at: float | None = None
         self._wait = 0.0  # DataLoader wait since the last counted step (training thread only)
         self._ring: deque[tuple[float, float, float]] = deque(maxlen=_RING)
-        self._leader: int | None = None  # id() of the optimizer whose steps we count
+        # The optimizer whose steps we count (a weak reference: id() values get reused).
+        self._leader: Callable[[], Any] = _nobody
         self._streak = 0
         # Called on the training thread at each counted step, with perf_counter(); set while a
         # capture is pending so that the idle path is one attribute test.
@@ -64,13 +70,17 @@ class StepTelemetry:
             if not self.enabled:
                 return
         try:
-            key = id(optimizer)
-            if key != self._leader:
-                if self._leader is not None:
+            leader = self._leader()
+            if optimizer is not leader:
+                if leader is not None:
                     self._streak += 1
                     if self._streak < _LEADER_TAKEOVER:
                         return
-                self._leader = key
+                # No leader yet, the old one was freed (replaced), or it stopped stepping.
+                try:
+                    self._leader = weakref.ref(optimizer)
+                except TypeError:
+                    self._leader = lambda: optimizer  # not weak-referenceable: keep it
             self._streak = 0
             now = time.perf_counter()
             last = self._last_step_at
@@ -106,7 +116,7 @@ class StepTelemetry:
         self._last_step_at = None
         self._wait = 0.0
         self._ring.clear()
-        self._leader = None
+        self._leader = _nobody
         self._streak = 0
         self.on_step = None
 
