@@ -1,0 +1,131 @@
+"""A real, small CPU training loop starved by its input pipeline, with the gputop agent.
+
+``python -m gputop.demo_train`` is the process on simulated GPU 0 of ``gputop --demo
+input-starved`` (when torch is installed), so a capture in the demo records real steps: the
+DataLoader has ``num_workers=0`` and a heavy per-sample transform, the model is tiny, and most of
+every step is spent waiting for the next batch. It runs until killed, and also ends when its
+parent dies (PR_SET_PDEATHSIG plus a parent-pid watch), so a demo never leaves it behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+
+
+def end_with_parent(parent_pid: int) -> None:
+    """Get SIGTERM when the parent dies; also watch the parent pid (PDEATHSIG follows the
+    parent *thread*, and misses a parent that died before we asked)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.5)
+
+    if os.getppid() != parent_pid:
+        sys.exit(0)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gputop.demo_train", description=__doc__)
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="end when this process is gone (default: our parent)",
+    )
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--transform-passes",
+        type=int,
+        default=24,
+        help="blur passes per sample: the cost of the input pipeline",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
+    args = parser.parse_args(argv)
+
+    # A clean exit on SIGTERM: atexit handlers run and the agent removes its socket.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    end_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid())
+
+    import gputop.agent
+
+    gputop.agent.install()
+
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)  # one busy core, like a real num_workers=0 input pipeline
+
+    class AugmentedImages(Dataset):
+        """Synthetic 3x64x64 images behind a deliberately expensive augmentation."""
+
+        def __init__(self, passes: int) -> None:
+            self.passes = passes
+            self.kernel = torch.full((3, 1, 5, 5), 1.0 / 25)
+
+        def __len__(self) -> int:
+            return 100_000
+
+        def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+            g = torch.Generator().manual_seed(args.seed * 1_000_003 + index)
+            image = torch.rand(1, 3, 64, 64, generator=g)
+            for _ in range(self.passes):  # a blur applied many times: CPU work per sample
+                image = nn.functional.conv2d(image, self.kernel, padding=2, groups=3)
+                image = (image - image.mean()) / (image.std() + 1e-5)
+            image = nn.functional.interpolate(image, size=32, mode="bilinear")
+            return image[0], index % 10
+
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = DataLoader(
+        AugmentedImages(args.transform_passes),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=0,
+    )
+    step = 0
+    try:
+        while True:
+            for images, labels in loader:
+                loss = nn.functional.cross_entropy(model(images), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step += 1
+                if args.steps and step >= args.steps:
+                    return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
