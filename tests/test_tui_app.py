@@ -412,3 +412,41 @@ async def test_live_sampler_thread_on_a_demo_scenario():
     left = {pid: psutil.Process(pid).as_dict(["status", "cmdline", "ppid"])
             for pid in pids if pid not in gone and psutil.pid_exists(pid)}
     assert not left
+
+
+@run_async
+async def test_table_numbers_settle_at_two_seconds_but_new_rows_show_at_once():
+    from dataclasses import replace
+
+    base = TOUR[-1]
+
+    def with_cpu(snap, t, cpu, extra=()):
+        gpus = tuple(
+            replace(g, processes=tuple(replace(p, cpu_percent=cpu) for p in g.processes)
+                    + (tuple(extra) if g.index == 0 else ()))
+            for g in snap.gpus
+        )
+        return replace(snap, time=t, gpus=gpus)
+
+    app = GputopApp(snapshots=[with_cpu(base, base.time, 11.0)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+
+        async def show(snap):
+            app.feed.history.record(snap)
+            seq = app.feed.latest_seq
+            app.feed.request_frame()
+            await until(pilot, lambda: app.frame.seq > seq)
+
+        def cpu_of(pid):
+            return app.table.get_cell(str(pid), "cpu").plain
+
+        await show(with_cpu(base, base.time + 1, 22.0))
+        assert cpu_of(4100) == "11%"  # one second later: numbers alone wait
+        newcomer = ProcSample(pid=999_999, name="python", cpu_percent=5.0, cmdline="new job")
+        await show(with_cpu(base, base.time + 1.5, 33.0, [newcomer]))
+        assert "999999" in app.table.rows_by_key and cpu_of(4100) == "33%"  # a new row: now
+        await show(with_cpu(base, base.time + 2.5, 44.0, [newcomer]))
+        assert cpu_of(4100) == "33%"
+        await show(with_cpu(base, base.time + 3.6, 55.0, [newcomer]))
+        assert cpu_of(4100) == "55%"

@@ -178,3 +178,32 @@ def test_host_lines_fit_and_fold_many_cores():
         assert len(first) <= width and len(second) <= width
         assert "iowait" in first and "swap" in second
     assert per_core_text(tuple(float(i) for i in range(128)), 16).cell_len == 16
+
+
+def test_aligned_bins_scroll_whole_bins():
+    from gputop.tui.widgets.chart import aligned
+
+    start, end = aligned(0.5, 60.5, 60)  # 1 s bins
+    assert (start, end) == (1.0, 61.0)
+    assert aligned(1.0, 61.0, 60) == (1.0, 61.0)
+    # A new sample inside the same bin changes only the last bin of the chart.
+    t = np.arange(0.0, 61.0, 1.0)
+    v = np.full(len(t), 50.0, dtype=np.float32)
+    a = braille_lines(resample(t, v, *aligned(1.0, 60.2, 120), 120), 100.0, 2)
+    v2 = v.copy()
+    v2[-1] = 100.0
+    b = braille_lines(resample(t, v2, *aligned(1.0, 60.2, 120), 120), 100.0, 2)
+    assert [row[:-1] for row in a] == [row[:-1] for row in b] and a != b
+
+
+def test_card_repaints_only_the_changed_cells():
+    from rich.text import Text
+
+    from gputop.tui.widgets.gpu_card import GAUGE_WIDTH, changed_region
+
+    old = (Text("util 50%"), "⣀⣀⣀⣀", "util_gpu")
+    chart_only = (Text("util 50%"), "⣀⣀⣤⣀", "util_gpu")
+    region = changed_region(3, chart_only, old, 40)
+    assert (region.x, region.y, region.width) == (GAUGE_WIDTH + 1 + 2, 3, 1)
+    gauge_only = (Text("util 51%"), "⣀⣀⣀⣀", "util_gpu")
+    assert changed_region(0, gauge_only, old, 40).width == GAUGE_WIDTH + 1

@@ -90,7 +90,7 @@ def sparkline(values: np.ndarray, vmax: float) -> str:
 
 def spark_series(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: float,
                  width: int) -> str:
-    return sparkline(resample(t, v, start, end, width), vmax)
+    return sparkline(resample(t, v, *aligned(start, end, width), width), vmax)
 
 
 class BrailleChart(Widget):
@@ -144,10 +144,22 @@ class BrailleChart(Widget):
         return Strip.blank(self.size.width, style)
 
 
+def aligned(start: float, end: float, bins: int) -> tuple[float, float]:
+    """The same span with its bin edges on multiples of the bin width: a new sample then
+    changes only the last bin, and the chart scrolls one whole bin at a time, so most ticks
+    repaint a few cells instead of the whole chart."""
+    width = (end - start) / bins
+    if width <= 0:
+        return start, end
+    top = math.ceil(end / width) * width
+    return top - (end - start), top
+
+
 def chart_rows(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: float, *,
                width: int, height: int) -> list[str]:
     if not vmax:
         return ["n/a".center(width)] + [""] * (height - 1)
     if height == 1:
-        return [spark_series(t, v, start, end, vmax, width)]
-    return braille_lines(resample(t, v, start, end, width * 2), vmax, height)
+        return [sparkline(resample(t, v, *aligned(start, end, width), width), vmax)]
+    bins = width * 2
+    return braille_lines(resample(t, v, *aligned(start, end, bins), bins), vmax, height)

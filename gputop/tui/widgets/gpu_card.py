@@ -62,6 +62,22 @@ def text_segments(text: Text) -> list[Segment]:
     return out
 
 
+def changed_region(y: int, new: tuple[Text, str, str], old: tuple[Text, str, str],
+                   width: int) -> Region:
+    """The cells of line ``y`` that differ: the gauge part, the chart part, or both."""
+    if new[0] != old[0] or len(new[1]) != len(old[1]):
+        left = 0
+    else:
+        left = GAUGE_WIDTH + 1 + next(i for i, (a, b) in enumerate(zip(new[1], old[1])) if a != b)
+    right = width
+    if new[1] == old[1]:
+        right = GAUGE_WIDTH + 1
+    elif len(new[1]) == len(old[1]):
+        last = next(i for i in range(len(new[1]) - 1, -1, -1) if new[1][i] != old[1][i])
+        right = GAUGE_WIDTH + 1 + last + 1
+    return Region(left, y, max(1, right - left), 1)
+
+
 def chart_limit(gpu: GpuSample, field: str) -> float | None:
     """The fixed top of each chart, so one glance compares GPUs."""
     return {
@@ -136,6 +152,7 @@ class GpuCard(Widget):
         self._lines: list[tuple[Text, str, str]] = []  # (gauge part, chart row, chart field)
         self._strips: list[Strip | None] = []
         self._base: Style | None = None
+        self._chart_styles: dict[str, Style] = {}
 
     def update_gpu(self, gpu: GpuSample, series: Mapping[str, Points], start: float,
                    end: float) -> None:
@@ -159,6 +176,7 @@ class GpuCard(Widget):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._base = None
+        self._chart_styles = {}
         self._strips = [None] * len(self._lines)
 
     def _layout_lines(self) -> None:
@@ -168,14 +186,15 @@ class GpuCard(Widget):
             return
         gpu, series, start, end = self._data
         chart_width = max(1, width - GAUGE_WIDTH - 1)
-        block = max(2, (height - 2) // len(CHART_FIELDS))
+        block, extra = divmod(max(0, height - 2), len(CHART_FIELDS))
         lines: list[tuple[Text, str, str]] = []
-        for field in CHART_FIELDS:
+        for n, field in enumerate(CHART_FIELDS):
+            block_height = max(2, block + (1 if n < extra else 0))
             gauge = gauge_text(gpu, field).split("\n")
             t, v = series.get(field, (_EMPTY, _EMPTY))
             rows = chart_rows(t, v, start, end, self._limits.get(field) or 0.0,
-                              width=chart_width, height=block)
-            for i in range(block):
+                              width=chart_width, height=block_height)
+            for i in range(block_height):
                 lines.append((gauge[i] if i < len(gauge) else Text(), rows[i], field))
         lines.append((info_text(gpu) if not gpu.lost else Text(), "", ""))
         lines.append((status_text(gpu), "", ""))
@@ -188,7 +207,7 @@ class GpuCard(Widget):
         for y, (new, old) in enumerate(zip(lines, self._lines)):
             if new != old:
                 self._strips[y] = None
-                self.refresh(Region(0, y, width, 1))
+                self.refresh(changed_region(y, new, old, width))
         self._lines = lines
 
     def render_line(self, y: int) -> Strip:
@@ -204,8 +223,11 @@ class GpuCard(Widget):
             if field:
                 pad = GAUGE_WIDTH + 1 - gauge.cell_len
                 segments.append(Segment(" " * pad))
-                segments.append(Segment(row, self.get_component_rich_style(
-                    f"gpu-card--{field}", partial=True)))
+                style = self._chart_styles.get(field)
+                if style is None:
+                    style = self._chart_styles[field] = self.get_component_rich_style(
+                        f"gpu-card--{field}", partial=True)
+                segments.append(Segment(row, style))
             strip = Strip(segments).apply_style(self._base).adjust_cell_length(width, self._base)
             self._strips[y] = strip
         return strip

@@ -19,6 +19,7 @@ from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
 
 _RIGHT = {key for key, _, _, right in COLUMNS if right}
 CURSOR_MARK = "›"
+VALUES_PERIOD = 1.9  # seconds of snapshot time between redraws of numbers alone
 
 
 class Cell:
@@ -79,6 +80,7 @@ class ProcessTable(DataTable):
         self._marked: str | None = None
         self._applying = False
         self._rich_style_memo: Style | None = None
+        self._values_time: float | None = None
 
     # DataTable asks for its Rich style once per line painted, and computing it walks every
     # ancestor's styles; it changes only when this widget's styles are applied again.
@@ -160,8 +162,22 @@ class ProcessTable(DataTable):
         return self.rows_by_key.get(key)
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
+        """Show a new snapshot. Rows that appear, end or move are applied at once; when only
+        numbers changed, they are redrawn at most every VALUES_PERIOD seconds of snapshot
+        time: DataTable repaints every visible cell after any update, which made it the
+        costliest part of a 1 s frame, and per-process numbers sampled over one second are
+        too jumpy to read at that pace anyway."""
         self.snapshot = snapshot
+        if (self._values_time is not None
+                and 0 <= snapshot.time - self._values_time < VALUES_PERIOD
+                and self._same_rows(snapshot)):
+            return
+        self._values_time = snapshot.time
         self.refresh_rows()
+
+    def _same_rows(self, snapshot: Snapshot) -> bool:
+        rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle)
+        return [r.key for r in rows] == self._order
 
     def refresh_rows(self) -> None:
         if self.snapshot is None:
