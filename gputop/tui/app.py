@@ -32,6 +32,7 @@ from textual.widgets import DataTable, Footer, Input
 from gputop.model import Snapshot
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.layout import FINDINGS_WIDTH, Plan, plan_layout
+from gputop.tui.rows import groups
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
 from gputop.tui.widgets.findings import FindingsPanel
@@ -110,8 +111,7 @@ class GputopApp(App[int]):
         snapshots: Sequence[Snapshot] | None = None,
         frame_log: str | None = None,
     ) -> None:
-        no_color = "NO_COLOR" in os.environ
-        super().__init__(driver_class=HangupSafeDriver, ansi_color=True if no_color else None)
+        super().__init__(driver_class=HangupSafeDriver)
         self.demo, self.gpus, self.seed, self.interval = demo, gpus, seed, interval
         self.frame_log = FrameLog(frame_log or os.environ.get("GPUTOP_FRAME_LOG"))
         if snapshots is not None:
@@ -280,13 +280,14 @@ class GputopApp(App[int]):
         indices = tuple(g.index for g in frame.snapshot.gpus)
         if indices != self.gpu_indices:
             await self._set_gpus(indices)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         with self.batch_update():
             self.render_frame(frame)
         if self.frame_log.path:
             handler_ms = (time.perf_counter() - started) * 1000.0
+            handler_cpu_ms = (time.thread_time() - started_cpu) * 1000.0
             self.call_after_refresh(lambda: self.frame_log.record(
-                handler_ms, (time.perf_counter() - started) * 1000.0))
+                handler_ms, handler_cpu_ms, (time.perf_counter() - started) * 1000.0))
 
     def render_frame(self, frame: Frame) -> None:
         self.frame = frame
@@ -433,8 +434,6 @@ class GputopApp(App[int]):
         self.push_screen(ConfirmSignalScreen(row.pid, description), callback=answered)
 
     def _create_time(self, pid: int) -> float | None:
-        from gputop.tui.rows import groups
-
         if self.frame is None:
             return None
         for group in groups(self.frame.snapshot):

@@ -88,18 +88,18 @@ def build_frame(history: History, snapshot: Snapshot, window: float | None, seq:
 
 class FrameLog:
     """Frame times, written off the UI thread (GPUTOP_FRAME_LOG=path): one line per frame with
-    the handler's time and the time until the frame was on screen (layout and paint too), in
-    milliseconds."""
+    the handler's wall time, its CPU time, and the wall time until the frame was on screen
+    (layout and paint too), in milliseconds."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self._pending: list[tuple[float, float]] = []
+        self._pending: list[tuple[float, float, float]] = []
         self._lock = threading.Lock()
 
-    def record(self, handler_ms: float, painted_ms: float) -> None:
+    def record(self, handler_ms: float, handler_cpu_ms: float, painted_ms: float) -> None:
         if self.path:
             with self._lock:
-                self._pending.append((handler_ms, painted_ms))
+                self._pending.append((handler_ms, handler_cpu_ms, painted_ms))
 
     def flush(self) -> None:
         if not self.path:
@@ -108,7 +108,7 @@ class FrameLog:
             pending, self._pending = self._pending, []
         if pending:
             with open(self.path, "a", encoding="utf-8") as out:
-                out.write("".join(f"{h:.3f} {p:.3f}\n" for h, p in pending))
+                out.write("".join(f"{h:.3f} {c:.3f} {p:.3f}\n" for h, c, p in pending))
 
 
 class Feed:
