@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         default=24,
         help="blur passes per sample: the cost of the input pipeline",
     )
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="DataLoader workers (the demo uses 2: each burns a core and still cannot keep up)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
     args = parser.parse_args(argv)
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         AugmentedImages(args.transform_passes),
         batch_size=args.batch_size,
         shuffle=True,
-        num_workers=0,
+        num_workers=args.num_workers,
     )
     step = 0
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -9,6 +10,22 @@ import sys
 import time
 
 from gputop.collect.scenarios import Scenario
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def standin_command(scenario: Scenario, index: int, parent: int) -> list[str]:
+    """The command of GPU ``index``'s stand-in. In `input-starved`, GPU 0 runs a real torch
+    training loop with the agent (when torch is installed), so `p` captures real steps; its
+    DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's."""
+    gpu = scenario.gpus[index]
+    if scenario.name == "input-starved" and index == 0 and torch_available():
+        return [sys.executable, "-m", "gputop.demo_train", "--parent-pid", str(parent),
+                "--num-workers", str(gpu.workers)]
+    return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
+            "--workers", str(gpu.workers), "--parent", str(parent)]
 
 
 class StandIns:
@@ -21,11 +38,9 @@ class StandIns:
     def start(self) -> dict[int, list[int]]:
         """Launch one stand-in per GPU; return {gpu index: [pid]}."""
         me = os.getpid()
-        for index, gpu in enumerate(self.scenario.gpus):
-            cmd = [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
-                   "--workers", str(gpu.workers), "--parent", str(me)]
+        for index in range(len(self.scenario.gpus)):
             self.procs[index] = subprocess.Popen(
-                cmd,
+                standin_command(self.scenario, index, me),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -56,7 +71,7 @@ class StandIns:
         self.stop()
 
 
-def wait_ready(standins: StandIns, timeout: float = 5.0) -> bool:
+def wait_ready(standins: StandIns, timeout: float = 10.0) -> bool:
     """Wait until every stand-in has forked its workers (so the first sample shows them)."""
     import psutil
 
