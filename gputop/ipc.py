@@ -69,12 +69,16 @@ def decode(line: bytes) -> dict[str, Any]:
     return value
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
-    _pid, uid, _gid = _PEERCRED.unpack(
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    pid, uid, _gid = _PEERCRED.unpack(
         sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     )
-    return uid
+    return pid, uid
+
+
+def peer_uid(sock: socket.socket) -> int:
+    return peer_credentials(sock)[1]
 
 
 def peer_allowed(uid: int) -> bool:
@@ -238,16 +242,22 @@ def list_agents() -> dict[int, Path]:
     return agents
 
 
-def find_agent(pid: int) -> Path | None:
+def _locate(pid: int) -> tuple[Path, int] | None:
+    """The socket of ``pid``'s agent and the uid that owns its directory."""
     for directory, owner in _search_dirs():
         path = directory / f"{pid}.sock"
         try:
             check_socket_dir(directory, owner)
             if stat.S_ISSOCK(os.lstat(path).st_mode):
-                return path
+                return path, owner
         except (OSError, AgentError):
             continue
     return None
+
+
+def find_agent(pid: int) -> Path | None:
+    found = _locate(pid)
+    return found[0] if found else None
 
 
 # --- client --------------------------------------------------------------------------------
@@ -259,9 +269,12 @@ class AgentConnection:
     def __init__(self, pid: int, timeout: float = 2.0, path: Path | None = None) -> None:
         self.pid = pid
         self.timeout = timeout
-        path = path or find_agent(pid)
+        owner = os.geteuid()
         if path is None:
-            raise AgentError(_no_agent_message(pid), "no-agent")
+            found = _locate(pid)
+            if found is None:
+                raise AgentError(_no_agent_message(pid), "no-agent")
+            path, owner = found
         self.path = path
         self._buffer = b""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -287,14 +300,17 @@ class AgentConnection:
             raise AgentError(
                 f"cannot connect to the agent of pid {pid}: {exc.strerror}", "refused"
             ) from None
+        # Trust the other end only if it is the process the socket is named after, run by the
+        # owner of the directory (or root): nobody can answer in another process's name.
         try:
-            uid = peer_uid(self.sock)
+            peer_pid, uid = peer_credentials(self.sock)
         except OSError:
-            uid = -1
-        if not peer_allowed(uid):
+            peer_pid, uid = -1, -1
+        if peer_pid != pid or uid not in (owner, 0):
             self.sock.close()
             raise AgentError(
-                f"socket {path} is served by uid {uid}, not by us; refusing to talk to it",
+                f"socket {path} is served by pid {peer_pid} (uid {uid}), not by pid {pid} of "
+                f"uid {owner}; refusing to talk to it",
                 "refused",
             )
 

@@ -285,3 +285,22 @@ def test_socket_dir_refuses_a_symlink_or_a_foreign_owner(tmp_path, monkeypatch):
         with pytest.raises(ipc.AgentError, match="owned by uid"):
             ipc.socket_dir(create=True)
         assert ipc.list_agents() is not None  # refused quietly on the discovery side
+
+
+def test_a_socket_answering_in_another_process_name_is_not_trusted(world):
+    directory = ipc.socket_dir(create=True)
+    victim = subprocess.Popen(["sleep", "30"])
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.bind(str(directory / f"{victim.pid}.sock"))
+    impostor.listen(1)
+    try:
+        with pytest.raises(ipc.AgentError) as err:
+            ipc.request(victim.pid, {"cmd": "status"})
+        assert err.value.code == "refused"
+        assert f"served by pid {os.getpid()}" in str(err.value)
+        assert ipc.agent_status(victim.pid) is None
+    finally:
+        impostor.close()
+        os.unlink(directory / f"{victim.pid}.sock")
+        victim.kill()
+        victim.wait()
