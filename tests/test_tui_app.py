@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import subprocess
 import sys
 import time
@@ -392,7 +393,7 @@ async def test_live_sampler_thread_on_a_demo_scenario():
         await until(pilot, lambda: app.frames_rendered >= 3, tries=1000)
         text = screen_text(app)
         assert "NVIDIA A100-SXM4-80GB" in text and "demo: input-starved" in text
-        assert "demo-loader" in text
+        assert re.search(r"[├└]─ \S+ \(worker\)", text)  # the DataLoader workers, as a tree
         # The demo's stand-ins: GPU processes and their workers (agent processes of other
         # jobs on this machine may be listed too; they are not ours to check).
         pids = [pid for g in app.frame.snapshot.gpus for p in g.processes
