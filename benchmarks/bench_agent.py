@@ -1,14 +1,15 @@
 """What the gputop agent costs a training run: idle, polled, and during one capture.
 
-    python benchmarks/bench_agent.py [--rounds 30] [--block 150]
+    python benchmarks/bench_agent.py [--rounds 150] [--block 30]
 
-Two child processes run the same small CPU training loop (an MLP fed by an in-memory
-DataLoader, one thread), one with the agent installed and one without. The parent makes them
-run blocks of steps in turn, never at the same time, alternating which goes first, so machine
-noise and drift hit both alike. It prints:
+A child process runs a small CPU training loop (an MLP fed by an in-memory DataLoader, one
+thread) in blocks of steps, alternately with the agent installed and with it removed
+(`gputop.agent.shutdown()`), swapping the order every round, so machine noise and drift hit
+both alike and nothing else differs (same process, memory layout, data). It prints:
 
-- the step-time ratio agent / plain with the agent idle (goal <= 1.005), and with the parent
-  polling the agent's `status` at 10 Hz (ten times what the monitor does);
+- the step-time ratio with/without the agent, idle (goal <= 1.005), with the parent polling the
+  agent's `status` at 10 Hz (ten times what the monitor does), and for a control run without
+  the agent on either side (the method's own noise floor);
 - the agent's own cost per step measured directly (optimizer hook + DataLoader timer);
 - the latency of `agent_status()`, which the monitor calls once per tick per process;
 - for one capture (1 warm-up + 3 recorded steps): the time the training thread spends in the
@@ -35,19 +36,16 @@ REPO = Path(__file__).resolve().parents[1]
 # --- child: the training loop ----------------------------------------------------------------
 
 
-def child_main(with_agent: bool) -> None:
-    if with_agent:
-        import gputop.agent
+def child_main() -> None:
+    import gputop.agent
 
-        gputop.agent.install()
+    gputop.agent.install()  # before torch, as under `gputop run`
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    if hasattr(os, "sched_setaffinity"):  # both children on one core: they never overlap
-        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     model = nn.Sequential(
         nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
     )
@@ -74,6 +72,11 @@ def child_main(with_agent: bool) -> None:
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "run":
+            # The same loop, in the same process, with the agent in place or removed.
+            if cmd["agent"]:
+                gputop.agent.install()
+            else:
+                gputop.agent.shutdown()
             times = []
             for _ in range(cmd["steps"]):
                 t0 = time.perf_counter()
@@ -88,7 +91,8 @@ def child_main(with_agent: bool) -> None:
                 step()
                 log.append((t0, time.monotonic()))
             print(json.dumps({"log": log}), flush=True)
-        elif cmd["op"] == "overhead" and with_agent:
+        elif cmd["op"] == "overhead":
+            gputop.agent.install()
             print(json.dumps(direct_overhead()), flush=True)
         elif cmd["op"] == "quit":
             return
@@ -125,9 +129,9 @@ def direct_overhead() -> dict:
 
 
 class Child:
-    def __init__(self, with_agent: bool, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", "agent" if with_agent else "plain"],
+            [sys.executable, __file__, "--child"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -152,33 +156,36 @@ class Child:
         self.proc.stdin.flush()
 
 
-def interleaved(plain: Child, agent: Child, rounds: int, block: int, poll_hz: float = 0.0):
-    """Alternate blocks; returns (plain step times, agent step times, per-round ratios)."""
+def interleaved(child: Child, rounds: int, block: int, agent_on=(False, True), poll_hz=0.0):
+    """Blocks of steps without and with the agent in turn (the order alternates each round).
+
+    Returns (step times of the first kind, of the second kind, per-round ratios second/first).
+    ``agent_on=(False, False)`` is the control: the method's own noise floor.
+    """
     from gputop.ipc import agent_status
 
-    all_plain, all_agent, ratios = [], [], []
+    first, second, ratios = [], [], []
     for r in range(rounds):
-        order = (plain, agent) if r % 2 == 0 else (agent, plain)
-        result = {}
-        for child in order:
+        result: dict[int, list[float]] = {}
+        for kind in (0, 1) if r % 2 == 0 else (1, 0):
             stop = threading.Event()
             poller = None
-            if child is agent and poll_hz:
+            if agent_on[kind] and poll_hz:
 
                 def poll(stop: threading.Event = stop) -> None:
                     while not stop.wait(1.0 / poll_hz):
-                        agent_status(agent.pid)
+                        agent_status(child.pid)
 
                 poller = threading.Thread(target=poll, daemon=True)
                 poller.start()
-            result[child] = child.ask(op="run", steps=block)["times"]
+            result[kind] = child.ask(op="run", steps=block, agent=agent_on[kind])["times"]
             stop.set()
             if poller:
                 poller.join()
-        all_plain += result[plain]
-        all_agent += result[agent]
-        ratios.append(statistics.median(result[agent]) / statistics.median(result[plain]))
-    return all_plain, all_agent, ratios
+        first += result[0]
+        second += result[1]
+        ratios.append(_quantile(result[1], 0.25) / _quantile(result[0], 0.25))
+    return first, second, ratios
 
 
 def capture_cost(agent: Child, out_dir: str) -> dict:
@@ -210,14 +217,30 @@ def capture_cost(agent: Child, out_dir: str) -> dict:
     }
 
 
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def report_ratios(label: str, plain: list[float], agent: list[float], ratios: list[float]) -> None:
+    """Several estimators: interference from other processes only ever adds time, so the
+    fastest steps (p10) are the least disturbed view of the intrinsic cost."""
+    q1, q3 = _quantile(ratios, 0.25), _quantile(ratios, 0.75)
+    print(
+        f"  {label}: ratio {statistics.median(ratios):.4f} (median of per-round ratios, IQR "
+        f"{q1:.4f}..{q3:.4f}); p10 steps {_quantile(agent, 0.1) / _quantile(plain, 0.1):.4f}; "
+        f"totals {sum(agent) / sum(plain):.4f}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--block", type=int, default=150, help="steps per block")
-    parser.add_argument("--child", choices=("plain", "agent"), help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=150)
+    parser.add_argument("--block", type=int, default=30, help="steps per block")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child_main(args.child == "agent")
+        child_main()
         return 0
 
     sys.path.insert(0, str(REPO))
@@ -229,26 +252,26 @@ def main() -> int:
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     )
-    plain, agent = Child(False, env), Child(True, env)
+    agent = Child(env)
     try:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"machine: {os.cpu_count()} CPUs, load average {load} (other work adds noise)")
         print(
-            f"agent/plain step-time ratio, {args.rounds} interleaved rounds of {args.block} "
-            "steps each (MLP 512-512-512-10, batch 64, in-memory DataLoader, 1 thread)"
+            f"step-time ratio with/without the agent: {args.rounds} rounds of {args.block}-step "
+            "blocks, alternating, in one training process (MLP 512-512-512-10, batch 64, "
+            "in-memory DataLoader, 1 thread)"
         )
-        p, a, ratios = interleaved(plain, agent, args.rounds, args.block)
-        ratios.sort()
-        q1, q3 = ratios[len(ratios) // 4], ratios[3 * len(ratios) // 4]
+        p, a, ratios = interleaved(agent, args.rounds, args.block)
         print(
-            f"  step time plain {statistics.median(p) * 1e3:.3f} ms, "
-            f"agent {statistics.median(a) * 1e3:.3f} ms (medians)"
+            f"  step time without {statistics.median(p) * 1e3:.3f} ms, "
+            f"with {statistics.median(a) * 1e3:.3f} ms (medians)"
         )
-        print(
-            f"  idle agent: ratio {statistics.median(ratios):.4f} (median of per-round "
-            f"median ratios; IQR {q1:.4f}..{q3:.4f}); ratio of totals {sum(a) / sum(p):.4f}; "
-            "goal <= 1.005"
-        )
-        _, _, polled = interleaved(plain, agent, max(10, args.rounds // 2), args.block, 10.0)
-        print(f"  agent polled for status at 10 Hz: ratio {statistics.median(polled):.4f}")
+        report_ratios("idle agent", p, a, ratios)
+        short = max(20, args.rounds // 3)
+        p, a, ratios = interleaved(agent, short, args.block, poll_hz=10.0)
+        report_ratios("agent polled for status at 10 Hz", p, a, ratios)
+        p, a, ratios = interleaved(agent, short, args.block, agent_on=(False, False))
+        report_ratios("control, no agent either way (noise floor)", p, a, ratios)
 
         direct = agent.ask(op="overhead")
         per_step = direct["hook_s"] + direct["dataloader_timer_s"]
@@ -287,11 +310,10 @@ def main() -> int:
             f"steps; profiling overhead and export included): {cost['added_s'] * 1e3:.1f} ms"
         )
     finally:
-        for child in (plain, agent):
-            try:
-                child.close()
-            except Exception:
-                child.proc.kill()
+        try:
+            agent.close()
+        except Exception:
+            agent.proc.kill()
     return 0
 
 
