@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -314,6 +315,8 @@ def main() -> int:
             agent.close()
         except Exception:
             agent.proc.kill()
+        shutil.rmtree(runtime, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
     return 0
 
 
