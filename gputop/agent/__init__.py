@@ -3,7 +3,8 @@
 ``import gputop.agent; gputop.agent.install()`` (or ``gputop run -- CMD``, which does it in every
 Python process of the job) starts a private Unix socket server on a daemon thread and, once the
 program imports torch, a global optimizer step post-hook and a DataLoader ``__next__`` timer.
-Idle, it costs a dictionary lookup per optimizer step and two clock reads per batch. It never
+Idle, it costs one short Python call per optimizer step and two clock reads per batch (about
+a microsecond per step; see benchmarks/bench_agent.py). It never
 imports torch itself, never raises into the training thread, and stays out of DataLoader
 workers: a forked child drops the parent's server, and a multiprocessing child (spawned or
 forked) only starts serving if it steps an optimizer itself, which workers never do.
