@@ -2,7 +2,9 @@
 
 Each scenario runs for real (simulated NVML, the stand-in processes, psutil) but its driver clock
 steps one simulated second per sample, so a few seconds of sampling give the charts 90 s of
-history. The samples then feed the app without a terminal, at a fixed size.
+history. The samples then feed the app without a terminal, at a fixed size, with the live rules
+run over them (the findings panel). For the diagnosis screen, the input-starved demo's real
+training process is captured through its agent (3 steps) and the trace analyzed, as `p` does.
 
 Usage: python scripts/screenshots.py [--out screenshots] [--samples 90]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -21,6 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from diagnostics.trace import TraceAnalysis, analyze_trace  # noqa: E402
+from gputop.capture_client import request_capture  # noqa: E402
+from gputop.ipc import list_agents  # noqa: E402
 from gputop.model import Snapshot  # noqa: E402
 from gputop.session import open_sampler  # noqa: E402
 from gputop.tui.app import GputopApp  # noqa: E402
@@ -32,6 +38,7 @@ class Shot:
     scenario: str
     size: tuple[int, int]
     keys: tuple[str, ...] = ()
+    diagnosis: bool = False  # show the diagnosis of a capture of the GPU 0 process
 
 
 SHOTS = (
@@ -39,7 +46,15 @@ SHOTS = (
     Shot("input-starved-120x40", "input-starved", (120, 40)),
     Shot("tour-80x24", "tour", (80, 24)),
     Shot("input-starved-process-view-120x40", "input-starved", (120, 40), ("enter",)),
+    Shot("input-starved-diagnosis-120x40", "input-starved", (120, 40), diagnosis=True),
 )
+
+
+@dataclass(frozen=True)
+class Capture:
+    pid: int
+    trace: str
+    analysis: TraceAnalysis
 
 
 class SteppedClock:
@@ -49,22 +64,39 @@ class SteppedClock:
         return self.t
 
 
-def sample_scenario(scenario: str, samples: int) -> list[Snapshot]:
-    """``samples`` snapshots one simulated second apart, with real host and process data."""
+def capture_gpu0(snap: Snapshot, out: Path) -> Capture:
+    """Capture 3 steps of GPU 0's process through its agent and analyze the trace."""
+    pid = snap.gpus[0].processes[0].pid
+    deadline = time.monotonic() + 30
+    while pid not in list_agents():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"screenshots: pid {pid} has no agent (is torch installed?)")
+        time.sleep(0.1)
+    trace = request_capture(pid, out=str(out))["trace"]
+    return Capture(pid, trace, analyze_trace(trace))
+
+
+def sample_scenario(scenario: str, samples: int,
+                    capture_to: Path | None = None) -> tuple[list[Snapshot], Capture | None]:
+    """``samples`` snapshots one simulated second apart, with real host and process data;
+    with ``capture_to``, a capture of GPU 0's process made meanwhile."""
     clock = SteppedClock()
     start = time.time() - samples
     snaps = []
+    capture = None
     with open_sampler(scenario, seed=0, clock=clock) as sampler:
         sampler.sample()
         for i in range(samples):
             clock.t = float(i)
             time.sleep(0.05)  # a real interval for the CPU rates of the processes
             snaps.append(replace(sampler.sample(), time=start + i))
-    return snaps
+        if capture_to is not None:
+            capture = capture_gpu0(snaps[-1], capture_to)
+    return snaps, capture
 
 
-async def screenshot(snaps: list[Snapshot], shot: Shot) -> str:
-    app = GputopApp(snapshots=snaps)
+async def screenshot(snaps: list[Snapshot], shot: Shot, capture: Capture | None) -> str:
+    app = GputopApp(snapshots=snaps, diagnose=True)
     async with app.run_test(size=shot.size) as pilot:
         for _ in range(300):
             if app.frames_rendered and app.table.row_count:
@@ -76,6 +108,9 @@ async def screenshot(snaps: list[Snapshot], shot: Shot) -> str:
             if not shot.keys or app.frame.process is not None:
                 break
             await pilot.pause(0.01)
+        if shot.diagnosis and capture is not None:
+            app.show_diagnosis(capture.pid, capture.analysis, capture.trace)
+            await pilot.pause()
         await pilot.pause()
         return app.export_screenshot(title=f"gputop --demo {shot.scenario}")
 
@@ -95,14 +130,22 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=90)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    sampled: dict[str, list[Snapshot]] = {}
-    for shot in SHOTS:
-        if shot.scenario not in sampled:
-            sampled[shot.scenario] = sample_scenario(shot.scenario, args.samples)
-        svg = asyncio.run(screenshot(sampled[shot.scenario], shot))
-        path = args.out / f"{shot.name}.svg"
-        write_atomically(path, svg)
-        print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+    sampled: dict[str, tuple[list[Snapshot], Capture | None]] = {}
+    # The capture's trace is only needed for the screenshot: it goes into a temporary directory.
+    traces = Path(tempfile.mkdtemp(prefix="gputop-screenshots-"))
+    try:
+        for shot in SHOTS:
+            if shot.scenario not in sampled:
+                wants = any(s.diagnosis and s.scenario == shot.scenario for s in SHOTS)
+                sampled[shot.scenario] = sample_scenario(shot.scenario, args.samples,
+                                                         traces if wants else None)
+            snaps, capture = sampled[shot.scenario]
+            svg = asyncio.run(screenshot(snaps, shot, capture))
+            path = args.out / f"{shot.name}.svg"
+            write_atomically(path, svg)
+            print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+    finally:
+        shutil.rmtree(traces, ignore_errors=True)
     return 0
 
 

@@ -64,3 +64,28 @@ def test_help_80x24(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app_for("healthy"), terminal_size=(80, 24), run_before=help_screen)
+
+
+def test_input_starved_findings_120x40(snap_compare):
+    """The live rules over the replayed snapshots: the findings panel, the marked card, and
+    the glyph before the training process's command."""
+    app = GputopApp(snapshots=scenario_snapshots("input-starved", 90), diagnose=True)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=first_frame)
+
+
+def test_diagnosis_screen_120x40(snap_compare):
+    from diagnostics.trace import analyze_trace
+    from tests.conftest import TRACES
+
+    analysis = analyze_trace(TRACES / "resnet50_nw0.pt.trace.json.gz")
+    # The path as a capture would name it (the real file's location differs per machine).
+    trace = "/home/alice/.local/state/gputop/captures/node-07_4100.1767261690000.pt.trace.json.gz"
+
+    async def diagnosis(pilot) -> None:
+        await first_frame(pilot)
+        pilot.app.show_diagnosis(4100, analysis, trace)
+        await pilot.pause()
+        await pilot.pause()
+
+    app = app_for("input-starved")
+    assert snap_compare(app, terminal_size=(120, 40), run_before=diagnosis)

@@ -10,13 +10,22 @@ from gputop.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    sub.add_parser(
+    p = sub.add_parser(
         "top",
         parents=[common],
         help="the live monitor (the default command)",
-        description="Live GPUs, host and training processes with their DataLoader workers. "
-        "Keys: q quit, space pause, 1-4 chart window, c compact, s/S sort, / filter, t tree, "
-        "Enter process view, k signal (asks first), p capture, ? help. Respects NO_COLOR.",
+        description="Live GPUs, host and training processes with their DataLoader workers, "
+        "and the findings of the live rules. Keys: q quit, space pause, 1-4 chart window, "
+        "c compact, s/S sort, / filter, t tree, Enter process view, k signal (asks first), "
+        "p capture 3 steps and diagnose them (needs the gputop agent), ? help. "
+        "Respects NO_COLOR.",
+    )
+    p.add_argument(
+        "--auto-capture",
+        action="store_true",
+        help="when a stall finding (dataloader-stall, host-sync, launch-bound, gpu-idle, "
+        "pcie-bound) raises on a process with the gputop agent, capture it by itself (at most "
+        "once per 10 minutes per process) and show the verdict and trace under the finding",
     )
 
 
@@ -27,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         )
     from gputop.tui.app import GputopApp
 
-    app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed)
+    app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed,
+                    auto_capture=getattr(args, "auto_capture", False))
     code = app.run()
     if app.error:
         print(f"gputop: error: the sampler stopped: {app.error}", file=sys.stderr)

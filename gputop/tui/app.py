@@ -8,6 +8,12 @@ a slow terminal skips frames rather than falling behind. The layout changes only
 the compact toggle. Nothing on the event loop touches NVML, psutil, sockets or files: signals and
 agent lookups run in short thread workers too.
 
+The live rules run on the sampler thread and each frame carries the active findings; the
+handler shows them in the findings panel and marks the GPU card / row and the process row they
+are about. A capture (`p`, or `--auto-capture` when a stall raises) runs in a thread worker that
+talks to the agent, waits for the trace and analyzes it; the UI shows its progress on a status
+line above the process table and the diagnosis on a screen of its own.
+
 Built with ``snapshots=[...]`` the app shows a fixed sequence (no sampler, no thread): the
 snapshot tests and the screenshots use that.
 """
@@ -19,8 +25,10 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.segment import Segment
+from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -28,13 +36,18 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.filter import LineFilter
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Input
+from textual.worker import get_current_worker
 
+from diagnostics.live import finding_key
 from gputop.model import Snapshot
+from gputop.tui.auto_capture import AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.layout import FINDINGS_WIDTH, Plan, plan_layout
 from gputop.tui.rows import groups
+from gputop.tui.severity import worst_severity
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
+from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
 from gputop.tui.widgets.findings import FindingsPanel
 from gputop.tui.widgets.gpu_card import GpuCard
 from gputop.tui.widgets.gpu_row import CompactGpuRow
@@ -50,6 +63,20 @@ NO_AGENT_HINT = (
     "(or call gputop.agent.install() in it)"
 )
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
+CAPTURE_STEPS = 3
+# Findings whose keys stay the same but whose numbers change are redrawn at the pace of the
+# table's numbers (seconds of snapshot time); a finding that raises or clears shows at once.
+FINDINGS_PERIOD = 1.9
+
+
+@dataclass
+class CaptureRun:
+    """A capture in flight: which process, for which finding (None: the `p` key), since when."""
+
+    pid: int
+    finding: tuple | None
+    started: float
+    stage: str = "asking the agent"
 
 
 class FrameReady(Message):
@@ -110,14 +137,30 @@ class GputopApp(App[int]):
         seed: int = 0,
         snapshots: Sequence[Snapshot] | None = None,
         frame_log: str | None = None,
+        diagnose: bool | None = None,
+        auto_capture: bool = False,
+        capture_timeout: float = 60.0,
     ) -> None:
+        """``diagnose``: run the live rules (default: on for live sampling, off for a fixed
+        sequence of ``snapshots``). ``auto_capture``: capture a process with an agent by
+        itself when a stall finding raises on it. ``capture_timeout``: how long the agent
+        may take to record the steps."""
         super().__init__(driver_class=HangupSafeDriver)
         self.demo, self.gpus, self.seed, self.interval = demo, gpus, seed, interval
         self.frame_log = FrameLog(frame_log or os.environ.get("GPUTOP_FRAME_LOG"))
         if snapshots is not None:
-            self.feed: SamplerFeed | FixedFeed = FixedFeed(self._post_frame, snapshots)
+            self.feed: SamplerFeed | FixedFeed = FixedFeed(self._post_frame, snapshots,
+                                                           diagnose=bool(diagnose))
         else:
-            self.feed = SamplerFeed(self._post_frame, interval, self.frame_log)
+            self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
+                                    diagnose=diagnose is not False)
+        self.auto_capture = AutoCapturePolicy() if auto_capture else None
+        self.capture_timeout = capture_timeout
+        self.captures: dict[int, CaptureRun] = {}
+        self.capture_notes: dict[tuple, str] = {}  # finding key -> the line under it
+        self._capture_timer = None
+        self._findings_shown: tuple | None = None
+        self._findings_time = 0.0
         self.paused = False
         self._leaving = False
         self.compact_choice: bool | None = None  # None: the terminal size decides
@@ -135,6 +178,7 @@ class GputopApp(App[int]):
         self.table = ProcessTable(id="processes")
         self.findings = FindingsPanel(id="findings")
         self.gpu_message = TextLine("starting the sampler…", id="gpu-message")
+        self.capture_line = TextLine(id="capture-status")
 
     # -- composition and layout -------------------------------------------------------------
 
@@ -147,6 +191,7 @@ class GputopApp(App[int]):
         yield self.host
         with Horizontal(id="lower"):
             with Vertical(id="procs"):
+                yield self.capture_line
                 yield self.table
                 yield Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
                             id="filter")
@@ -229,7 +274,7 @@ class GputopApp(App[int]):
         if self.frame is not None:
             self._render_gpus(self.frame)
         if self.findings.findings:
-            self.show_findings(self.findings.findings)
+            self._mark_gpus(self.findings.findings)
 
     async def _set_gpus(self, indices: tuple[int, ...]) -> None:
         """When the first frame names the GPUs (again only if the set changes)."""
@@ -297,6 +342,7 @@ class GputopApp(App[int]):
         self.host.update_host(snap.host)
         self._render_gpus(frame)
         self.table.update_snapshot(snap)
+        self._render_findings(frame)
         if isinstance(self.screen, ProcessScreen):
             self.screen.update_frame(frame)
 
@@ -316,16 +362,38 @@ class GputopApp(App[int]):
                 widget.update_gpu(gpu, frame.gpu_series.get(gpu.index, {}), frame.start,
                                   frame.end)
 
-    # -- findings (filled by a later issue) --------------------------------------------------
+    # -- findings -----------------------------------------------------------------------------
 
-    def show_findings(self, findings: list) -> None:
-        """Render ``findings`` and mark the GPU card / row each is about."""
-        self.findings.update_findings(findings)
-        rank = {"info": 0, "warning": 1, "critical": 2}
-        worst: dict[int, str] = {}
-        for f in findings:
-            if f.gpu is not None and rank.get(f.severity, -1) > rank.get(worst.get(f.gpu), -1):
-                worst[f.gpu] = f.severity
+    def _render_findings(self, frame: Frame) -> None:
+        findings = frame.findings
+        if self.auto_capture is not None:
+            with_agent = {g.proc.pid for g in groups(frame.snapshot) if g.proc.agent}
+            for f in self.auto_capture.due(findings, with_agent):
+                self._start_capture(f.pid, finding_key(f))
+        if findings == self._findings_shown:
+            return
+        same_keys = self._findings_shown is not None and (
+            [finding_key(f) for f in findings] == [finding_key(f) for f in self._findings_shown])
+        if same_keys and 0 <= frame.snapshot.time - self._findings_time < FINDINGS_PERIOD:
+            return  # only the numbers changed: they wait a little, like the table's
+        self._findings_time = frame.snapshot.time
+        self._findings_shown = findings
+        self.show_findings(findings)
+
+    def show_findings(self, findings: Sequence) -> None:
+        """Render ``findings`` and mark the GPU card / row and the process row each is
+        about."""
+        active = {finding_key(f) for f in findings}
+        running = {run.finding for run in self.captures.values()}
+        # A note belongs to its finding: it goes when the finding clears.
+        self.capture_notes = {k: v for k, v in self.capture_notes.items()
+                              if k in active or k in running}
+        self.findings.update_findings(findings, self.capture_notes)
+        self._mark_gpus(findings)
+        self.table.set_marks(worst_severity(findings, lambda f: f.pid))
+
+    def _mark_gpus(self, findings: Sequence) -> None:
+        worst = worst_severity(findings, lambda f: f.gpu)
         for widget in (*self.cards.values(), *self.rows.values()):
             widget.mark(worst.get(widget.index))
 
@@ -484,6 +552,117 @@ class GputopApp(App[int]):
                                   severity="warning", timeout=8)
 
     def action_capture(self, pid: int) -> None:
-        """The seam for the capture flow (a later issue): called with the training pid once
-        its agent is known to listen."""
-        self.notify(f"capture requested for pid {pid}")
+        """`p` on a process whose agent listens: capture, then show the diagnosis."""
+        self._start_capture(pid, None)
+
+    # -- captures ---------------------------------------------------------------------------
+
+    def _start_capture(self, pid: int, finding: tuple | None) -> None:
+        if pid in self.captures:
+            self.notify(f"a capture of pid {pid} is already running", severity="warning",
+                        timeout=4)
+            return
+        self.captures[pid] = CaptureRun(pid, finding, time.monotonic())
+        if finding is None:
+            if self.auto_capture is not None:
+                self.auto_capture.record(pid)
+            self.notify(f"capture requested for pid {pid}: recording {CAPTURE_STEPS} steps",
+                        timeout=4)
+        else:
+            self._set_note(finding, "capture: running…")
+        if self._capture_timer is None:
+            self._capture_timer = self.set_interval(1.0, self._show_capture_status)
+        self._show_capture_status()
+        self._run_capture(pid)
+
+    def _show_capture_status(self) -> None:
+        """The status line above the process table, with the elapsed seconds."""
+        if not self.captures:
+            self.capture_line.display = False
+            if self._capture_timer is not None:
+                self._capture_timer.stop()
+                self._capture_timer = None
+            return
+        now = time.monotonic()
+        parts = []
+        for run in self.captures.values():
+            who = "auto-capture" if run.finding is not None else "capture"
+            parts.append(f"{who} of pid {run.pid}: {run.stage} · {now - run.started:.0f} s")
+        self.capture_line.set_text(Text("◷ " + "   ".join(parts), style="bold"))
+        self.capture_line.display = True
+
+    def _set_note(self, finding: tuple, note: str) -> None:
+        self.capture_notes[finding] = note
+        self.findings.update_findings(self.findings.findings, self.capture_notes)
+
+    @work(thread=True, group="capture", exit_on_error=False)
+    def _run_capture(self, pid: int) -> None:
+        """Off the event loop: the agent records the steps, then the trace is analyzed here."""
+        from gputop.capture_client import progress_text, request_capture
+        from gputop.ipc import AgentError
+
+        worker = get_current_worker()
+        shown = [""]
+
+        def tell(method, *args) -> None:
+            if not worker.is_cancelled:  # the app is leaving: nobody to tell
+                self.call_from_thread(method, *args)
+
+        def progress(capture: dict) -> None:
+            stage = progress_text(capture)
+            if stage != shown[0]:
+                shown[0] = stage
+                tell(self._capture_stage, pid, stage)
+
+        try:
+            reply = request_capture(pid, CAPTURE_STEPS, self.capture_timeout,
+                                    on_progress=progress,
+                                    should_stop=lambda: worker.is_cancelled)
+        except AgentError as exc:
+            tell(self._capture_failed, pid, str(exc))
+            return
+        except Exception as exc:  # never a traceback on screen: one line, and go on
+            tell(self._capture_failed, pid, f"capture of pid {pid} failed: {exc}")
+            return
+        trace = reply["trace"]
+        tell(self._capture_stage, pid, "analyzing the trace")
+        try:
+            from diagnostics.trace import TraceError, analyze_trace
+
+            analysis = analyze_trace(trace)
+        except TraceError as exc:
+            tell(self._capture_failed, pid, f"cannot analyze {trace}: {exc}")
+            return
+        except Exception as exc:
+            tell(self._capture_failed, pid,
+                 f"cannot analyze {trace}: {type(exc).__name__}: {exc}")
+            return
+        tell(self._capture_done, pid, trace, analysis)
+
+    def _capture_stage(self, pid: int, stage: str) -> None:
+        run = self.captures.get(pid)
+        if run is not None:
+            run.stage = stage
+            self._show_capture_status()
+
+    def _capture_failed(self, pid: int, message: str) -> None:
+        run = self.captures.pop(pid, None)
+        self._show_capture_status()
+        line = " ".join(message.split())  # one line, whatever the agent said
+        if run is not None and run.finding is not None:
+            self._set_note(run.finding, f"capture failed: {line}")
+        self.notify(line, severity="error", timeout=8)
+
+    def _capture_done(self, pid: int, trace: str, analysis) -> None:
+        run = self.captures.pop(pid, None)
+        self._show_capture_status()
+        if run is not None and run.finding is not None:
+            self._set_note(run.finding, f"capture: {analysis.verdict}, trace {trace}")
+            self.notify(f"auto-capture of pid {pid}: {analysis.verdict}; trace {trace}",
+                        timeout=8)
+            return
+        self.show_diagnosis(pid, analysis, trace)
+
+    def show_diagnosis(self, pid: int, analysis, trace: str) -> None:
+        """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it)."""
+        self.push_screen(DiagnosisScreen(pid, analysis, trace))

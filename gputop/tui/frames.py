@@ -1,8 +1,9 @@
 """What the sampling thread hands to the UI: an immutable frame of one snapshot plus the chart
-series for the chosen window, already cut out of the history.
+series for the chosen window, already cut out of the history, and the active findings.
 
-Cutting the windows on the sampling thread keeps every History read on the thread that writes
-it, so the UI never sees a ring half-updated, and the event loop only draws.
+Cutting the windows and running the live rules on the sampling thread keeps every History read
+on the thread that writes it, so the UI never sees a ring half-updated, and the event loop only
+draws.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from diagnostics.findings import Finding
+from diagnostics.live import LiveDiagnosis
 from gputop.history import History
 from gputop.model import Snapshot
 
@@ -53,10 +56,11 @@ class Frame:
     end: float
     gpu_series: Mapping[int, Mapping[str, Points]]
     process: ProcessSeries | None = None
+    findings: tuple[Finding, ...] = ()  # active at ``snapshot``, most costly first
 
 
 def build_frame(history: History, snapshot: Snapshot, window: float | None, seq: int,
-                focus_pid: int | None = None) -> Frame:
+                focus_pid: int | None = None, findings: tuple[Finding, ...] = ()) -> Frame:
     """Cut the chart windows ending at ``snapshot`` out of ``history`` (which may be newer:
     while paused the display stays on the frozen snapshot)."""
     end = snapshot.time
@@ -83,7 +87,8 @@ def build_frame(history: History, snapshot: Snapshot, window: float | None, seq:
     if entry is not None:
         process = ProcessSeries(focus_pid, cut(entry.cpu), cut(entry.workers_cpu),
                                 cut(entry.gpu_mem))
-    return Frame(seq, snapshot, window, start, end, MappingProxyType(gpu_series), process)
+    return Frame(seq, snapshot, window, start, end, MappingProxyType(gpu_series), process,
+                 findings)
 
 
 class FrameLog:
@@ -113,26 +118,43 @@ class FrameLog:
 
 class Feed:
     """The frame source the app talks to: what window to cut, which process to follow,
-    whether the display is frozen. Subclasses deliver frames by calling ``post``."""
+    whether the display is frozen. Subclasses deliver frames by calling ``post``.
 
-    def __init__(self, post: Callable[[Frame], None]) -> None:
+    With ``diagnose`` every recorded snapshot also goes through the live rules, and each frame
+    carries the findings active at its snapshot."""
+
+    def __init__(self, post: Callable[[Frame], None], diagnose: bool = True) -> None:
         self.post = post
         self.history = History()
+        self.diagnosis = LiveDiagnosis() if diagnose else None
+        self.findings: tuple[Finding, ...] = ()
         self.window: float | None = WINDOWS[0]
         self.focus_pid: int | None = None
         self.paused = False
         self.latest_seq = 0  # the newest frame posted; older ones are stale on arrival
-        self._frozen: Snapshot | None = None
+        self._frozen: tuple[Snapshot, tuple[Finding, ...]] | None = None
+
+    def record(self, snap: Snapshot) -> None:
+        """Keep ``snap`` in the history and update the findings (on the feed's thread)."""
+        self.history.record(snap)
+        if self.diagnosis is not None:
+            self.diagnosis.update(snap)
+            self.findings = tuple(self.diagnosis.findings())
 
     def _emit(self) -> None:
-        snap = self._frozen if self.paused and self._frozen else self.history.latest
+        if self.paused and self._frozen:
+            snap, findings = self._frozen
+        else:
+            snap, findings = self.history.latest, self.findings
         if snap is None:
             return
         self.latest_seq += 1
-        self.post(build_frame(self.history, snap, self.window, self.latest_seq, self.focus_pid))
+        self.post(build_frame(self.history, snap, self.window, self.latest_seq, self.focus_pid,
+                              findings))
 
     def set_paused(self, paused: bool) -> None:
-        self._frozen = self.history.latest if paused else None
+        latest = self.history.latest
+        self._frozen = (latest, self.findings) if paused and latest is not None else None
         self.paused = paused
         self.request_frame()
 
@@ -144,10 +166,11 @@ class Feed:
 class FixedFeed(Feed):
     """A fixed sequence of snapshots, recorded up front: for tests and screenshots."""
 
-    def __init__(self, post: Callable[[Frame], None], snapshots: Sequence[Snapshot]) -> None:
-        super().__init__(post)
+    def __init__(self, post: Callable[[Frame], None], snapshots: Sequence[Snapshot],
+                 diagnose: bool = False) -> None:
+        super().__init__(post, diagnose)
         for snap in snapshots:
-            self.history.record(snap)
+            self.record(snap)
 
     def request_frame(self) -> None:
         self._emit()
@@ -158,8 +181,8 @@ class SamplerFeed(Feed):
     a request from the UI wakes it to post a frame from the history without sampling."""
 
     def __init__(self, post: Callable[[Frame], None], interval: float,
-                 frame_log: FrameLog | None = None) -> None:
-        super().__init__(post)
+                 frame_log: FrameLog | None = None, diagnose: bool = True) -> None:
+        super().__init__(post, diagnose)
         self.interval = interval
         self.frame_log = frame_log
         self._wake = threading.Event()
@@ -181,7 +204,7 @@ class SamplerFeed(Feed):
     def run(self, sampler) -> None:
         """The sampling loop; returns when ``stop`` is called."""
         # The first sample fills the screen at once; CPU rates need a second one, soon after.
-        self.history.record(sampler.sample())
+        self.record(sampler.sample())
         self._emit()
         next_tick = time.monotonic() + min(self.interval, 0.3)
         while not self._stop.is_set():
@@ -198,8 +221,7 @@ class SamplerFeed(Feed):
                 if time.monotonic() < next_tick:
                     continue
             next_tick = max(next_tick + self.interval, time.monotonic())
-            snap = sampler.sample()
-            self.history.record(snap)
+            self.record(sampler.sample())
             if not self.paused:
                 self._emit()
             if self.frame_log is not None:

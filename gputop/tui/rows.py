@@ -4,10 +4,12 @@ as an indented tree (or a flat list), sorted and filtered. Pure, so it is tested
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gputop.format import bytes_h, pct
 from gputop.model import ProcSample, Snapshot, WorkerSample
+from gputop.tui.severity import SEVERITY_MARK
 
 # Sort keys cycled with `s`, in order: (name shown in the column header, column key).
 SORTS = (
@@ -88,9 +90,11 @@ def _agent_text(proc: ProcSample) -> str:
     return "  [agent" + (f" {steps:.2f} steps/s" if isinstance(steps, int | float) else "") + "]"
 
 
-def _proc_cells(group: Group) -> dict[str, str]:
+def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
     p = group.proc
     total_mem = p.gpu_mem
+    # A finding about the process puts its glyph before the command (no colour needed).
+    mark = f"{SEVERITY_MARK.get(severity, '•')} " if severity else ""
     return {
         "gpu": _gpu_text(group.gpus),
         "pid": str(p.pid),
@@ -100,7 +104,7 @@ def _proc_cells(group: Group) -> dict[str, str]:
         "cpu": pct(p.cpu_percent),
         "rss": bytes_h(p.rss),
         "state": (p.state or "-")[:8],
-        "command": short_command(p) + _agent_text(p),
+        "command": mark + short_command(p) + _agent_text(p),
     }
 
 
@@ -144,8 +148,10 @@ def _matches(group: Group, needle: str) -> bool:
 
 
 def build_rows(snapshot: Snapshot, sort: str = "gpu", reverse: bool = False, tree: bool = True,
-               needle: str = "") -> list[Row]:
-    """The table's rows in display order. ``reverse`` flips the column's natural direction."""
+               needle: str = "", marks: Mapping[int, str] | None = None) -> list[Row]:
+    """The table's rows in display order. ``reverse`` flips the column's natural direction;
+    ``marks`` maps a pid to the severity of the worst finding about it."""
+    marks = marks or {}
     descending = (sort in DESCENDING) != reverse
     needle = needle.strip().lower()
     every = sorted(groups(snapshot), key=lambda g: g.proc.pid)
@@ -166,7 +172,8 @@ def build_rows(snapshot: Snapshot, sort: str = "gpu", reverse: bool = False, tre
     if tree:
         for g in sorted(chosen, key=proc_key, reverse=descending):
             p = g.proc
-            rows.append(Row(str(p.pid), p.pid, None, _proc_cells(g), p.visible))
+            rows.append(Row(str(p.pid), p.pid, None, _proc_cells(g, marks.get(p.pid)),
+                            p.visible))
             mine = sorted((w for w in p.workers if w.pid not in own_rows), key=lambda w: w.pid)
             workers = sorted(((w, g) for w in mine),
                              key=worker_key, reverse=descending)
@@ -177,7 +184,8 @@ def build_rows(snapshot: Snapshot, sort: str = "gpu", reverse: bool = False, tre
     items: list[tuple[tuple, Row]] = []
     for g in chosen:
         p = g.proc
-        items.append((proc_key(g), Row(str(p.pid), p.pid, None, _proc_cells(g), p.visible)))
+        items.append((proc_key(g), Row(str(p.pid), p.pid, None, _proc_cells(g, marks.get(p.pid)),
+                                       p.visible)))
         for w in p.workers:
             if w.pid in own_rows:
                 continue

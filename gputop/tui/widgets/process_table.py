@@ -81,6 +81,7 @@ class ProcessTable(DataTable):
         self._applying = False
         self._rich_style_memo: Style | None = None
         self._values_time: float | None = None
+        self.marks: dict[int, str] = {}  # pid -> severity of the worst finding about it
 
     # DataTable asks for its Rich style once per line painted, and computing it walks every
     # ancestor's styles; it changes only when this widget's styles are applied again.
@@ -135,6 +136,12 @@ class ProcessTable(DataTable):
         self.needle = needle
         self.refresh_rows()
 
+    def set_marks(self, marks: dict[int, str]) -> None:
+        """Mark the rows of processes with findings (at once, not at the numbers' pace)."""
+        if marks != self.marks:
+            self.marks = dict(marks)
+            self.refresh_rows()
+
     def on_resize(self) -> None:
         self.fit_command_column()
 
@@ -176,13 +183,15 @@ class ProcessTable(DataTable):
         self.refresh_rows()
 
     def _same_rows(self, snapshot: Snapshot) -> bool:
-        rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle)
+        rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
+                          self.marks)
         return [r.key for r in rows] == self._order
 
     def refresh_rows(self) -> None:
         if self.snapshot is None:
             return
-        rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle)
+        rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
+                          self.marks)
         self._apply(rows)
 
     def _cell(self, key: str, value: str) -> Cell:

@@ -1,0 +1,162 @@
+"""Findings in the live monitor on fixed snapshots: the panel, the GPU and process marks, the
+diagnosis screen on a real trace, and the auto-capture throttle on a scripted clock."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from dataclasses import replace
+
+import pytest
+
+from diagnostics.findings import Finding
+from diagnostics.trace import analyze_trace
+from gputop.tui.app import GputopApp
+from gputop.tui.auto_capture import MIN_INTERVAL_S, AutoCapturePolicy
+from gputop.tui.rows import build_rows
+from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
+from gputop.tui.widgets.findings import findings_text
+from tests.conftest import TRACES
+from tests.tui_data import scenario_snapshots, screen_text
+
+pytestmark = pytest.mark.timeout(60)
+
+STARVED = scenario_snapshots("input-starved", 40)
+NW0 = TRACES / "resnet50_nw0.pt.trace.json.gz"
+
+
+def run_async(test):
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+async def until(pilot, condition, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {condition}")
+        await pilot.pause(0.02)
+
+
+def finding(id_: str = "dataloader-stall", pid: int | None = 4100, gpu: int | None = 0,
+            severity: str = "warning") -> Finding:
+    return Finding(id_, severity, f"{id_} on GPU {gpu}", "util 3% while workers burn 99%",
+                   "raise num_workers", "gputop capture", gpu=gpu, pid=pid)
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+def test_process_rows_carry_the_worst_severity_glyph_before_the_command():
+    snap = STARVED[-1]
+    plain = {r.pid: r.cells["command"] for r in build_rows(snap)}
+    marked = {r.pid: r.cells["command"] for r in build_rows(snap, marks={4100: "critical"})}
+    assert marked[4100] == "‼ " + plain[4100]
+    workers = [pid for pid in plain if pid != 4100]
+    assert workers and all(marked[pid] == plain[pid] for pid in workers)
+
+
+def test_findings_text_shows_a_note_under_its_finding_only():
+    a, b = finding(), finding("pcie-bound", pid=4200, gpu=1)
+    note = "capture: dataloader-stall, trace /tmp/x.pt.trace.json.gz"
+    text = findings_text([a, b], {("dataloader-stall", 0, 4100): note}).plain
+    assert note in text
+    assert text.index(note) < text.index("pcie-bound")  # under the first finding
+    assert text.count("capture:") == 1
+    assert findings_text([]).plain == "no findings"
+
+
+def test_auto_capture_fires_once_per_raise_and_at_most_every_ten_minutes_per_pid():
+    clock = [1000.0]
+    policy = AutoCapturePolicy(clock=lambda: clock[0])
+    stall = finding()
+    assert policy.due([stall], with_agent={4100}) == [stall]
+    # Still active on the next frames: no second capture.
+    assert policy.due([stall], with_agent={4100}) == []
+    # It clears and raises again 5 minutes later: too soon for the same process.
+    clock[0] += 300
+    assert policy.due([], with_agent={4100}) == []
+    assert policy.due([stall], with_agent={4100}) == []
+    # ... but another process is not held back by it.
+    other = finding("host-sync", pid=4300, gpu=2)
+    assert policy.due([stall, other], with_agent={4100, 4300}) == [other]
+    # Ten minutes after the first capture a new raise captures again.
+    clock[0] = 1000.0 + MIN_INTERVAL_S
+    policy.due([], with_agent={4100})
+    assert policy.due([stall], with_agent={4100}) == [stall]
+
+
+def test_auto_capture_needs_a_stall_a_pid_and_an_agent():
+    clock = [0.0]
+    policy = AutoCapturePolicy(clock=lambda: clock[0])
+    assert policy.due([finding("throttling")], with_agent={4100}) == []  # not a stall
+    assert policy.due([finding(pid=None)], with_agent={4100}) == []  # no process to ask
+    assert policy.due([finding(pid=4200)], with_agent={4100}) == []  # no agent in it
+    # A capture made with `p` counts as the process's capture.
+    policy.record(4500)
+    clock[0] += 60
+    assert policy.due([finding(pid=4500)], with_agent={4500}) == []
+
+
+# -- in the app ------------------------------------------------------------------------------
+
+@run_async
+async def test_replayed_snapshots_raise_the_stall_in_the_panel_card_and_row():
+    app = GputopApp(snapshots=STARVED, diagnose=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.findings.findings and app.cards)
+        await pilot.pause()
+        stall = app.findings.findings[0]
+        assert (stall.id, stall.gpu, stall.pid) == ("dataloader-stall", 0, 4100)
+        text = screen_text(app)
+        assert "findings (1)" in text and "dataloader-stall" in text and "fix:" in text
+        assert app.cards[0].has_class(f"-finding-{stall.severity}")
+        assert app.table.get_cell("4100", "command").plain.strip().startswith("⚠ python")
+        # The mark goes with the finding, at once (not at the pace of the numbers).
+        app.show_findings([])
+        await pilot.pause()
+        assert not app.cards[0].has_class(f"-finding-{stall.severity}")
+        assert app.table.get_cell("4100", "command").plain.strip().startswith("python")
+
+
+@run_async
+async def test_findings_panel_wraps_long_evidence_to_its_width():
+    long = replace(finding(), evidence="word " * 40)
+    app = GputopApp(snapshots=STARVED)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.frames_rendered > 0)
+        app.show_findings([long])
+        await pilot.pause()
+        lines = [line for line in screen_text(app).splitlines() if "word word" in line]
+        assert len(lines) >= 5  # 200 characters over a ~30 column panel, none cut off
+        assert sum(line.count("word") for line in lines) == 40
+
+
+@run_async
+async def test_diagnosis_screen_shows_the_report_trace_and_how_to_open_it():
+    analysis = analyze_trace(NW0)
+    app = GputopApp(snapshots=STARVED)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.frames_rendered > 0)
+        app.show_diagnosis(4100, analysis, str(NW0))
+        await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen))
+        await pilot.pause()
+        text = screen_text(app)
+        assert "diagnosis of pid 4100: dataloader-stall" in text
+        assert "Where the step time went" in text and "Fix:" in text
+        assert f"trace: {NW0}" in text
+        assert "https://ui.perfetto.dev" in text and f"tensorboard --logdir {NW0.parent}" in text
+        # Top ops and kernels are further down: the report scrolls.
+        await pilot.press("end")
+        await pilot.pause()
+        assert "Top kernels (GPU time)" in screen_text(app)
+        await pilot.press("q")  # closes the screen; it does not quit the monitor
+        await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen))
+        assert app.is_running
+        app.show_diagnosis(4100, analysis, str(NW0))
+        await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen))
