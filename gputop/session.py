@@ -39,8 +39,12 @@ def open_sampler(
     seed: int = 0,
     agents: bool = True,
     clock=None,
+    wait_for_workers: bool = False,
 ) -> Iterator[Sampler]:
-    """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too."""
+    """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too.
+
+    ``wait_for_workers`` holds the first sample until the stand-ins have their worker children
+    (a one-shot snapshot needs them; a running monitor shows them as they appear)."""
     probe = _agent_probe() if agents else None
     if demo is None:
         sampler = Sampler(NvmlCollector(gpus), agent_probe=probe)
@@ -61,7 +65,8 @@ def open_sampler(
         with StandIns(scenario) as standins:
             for index, pids in standins.start().items():
                 sim.set_processes(index, pids)
-            wait_ready(standins)
+            if wait_for_workers:
+                wait_ready(standins)
             sampler = Sampler(NvmlCollector(gpus), agent_probe=probe, simulated=demo)
             sampler.open()
             try:

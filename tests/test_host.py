@@ -58,8 +58,9 @@ def test_process_tree_with_measured_workers(busy_tree):
     assert proc.cpu_percent is not None and proc.cpu_percent < 20  # the parent waits
     assert len(proc.workers) == 2
     assert {w.pid for w in proc.workers} == {c.pid for c in psutil.Process(busy_tree.pid).children()}
-    # Two burners on (at most) two cores: each well above idle.
-    assert all(w.cpu_percent is not None and w.cpu_percent > 30 for w in proc.workers)
+    # Two burners: each measured well above the waiting parent, however busy the machine is.
+    assert all(w.cpu_percent is not None and w.cpu_percent > max(5.0, proc.cpu_percent)
+               for w in proc.workers)
     assert proc.user and proc.rss > 0 and proc.threads >= 1 and proc.create_time > 0
     assert "import os" in proc.cmdline
 

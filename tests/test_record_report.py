@@ -31,7 +31,8 @@ def test_demo_recording_report_json_and_html(tmp_path):
     assert report.returncode == 0, report.stderr
     text = report.stdout
     assert "UTIL mean/p5/p50/p95" in text and "NVIDIA H100 80GB HBM3" in text
-    assert "findings timeline" in text and "dataloader-stall" in text
+    # GPU-side findings of the tour (they do not depend on how busy this machine's CPUs are).
+    assert "findings timeline" in text and "pcie-bound" in text
     assert "utilization (0-100 %)" in text and "█" in text
     assert "sw_power_cap" in text  # time throttled, and why
     page = (tmp_path / "r.html").read_text()

@@ -42,7 +42,7 @@ def test_input_starved_lists_a_live_pid_with_measured_workers():
     proc = data["gpus"][0]["processes"][0]
     assert proc["workers"], proc
     for worker in proc["workers"]:
-        assert worker["cpu_percent"] is not None and worker["cpu_percent"] > 20
+        assert worker["cpu_percent"] is not None and worker["cpu_percent"] > 5  # measured, busy
         assert worker["state"]
     # The stand-ins end with the command: the pids are real but gone now.
     assert not psutil.pid_exists(proc["pid"]) or psutil.Process(proc["pid"]).status() == "zombie"
