@@ -393,7 +393,9 @@ async def test_live_sampler_thread_on_a_demo_scenario():
         await until(pilot, lambda: app.frames_rendered >= 3, tries=1000)
         text = screen_text(app)
         assert "NVIDIA A100-SXM4-80GB" in text and "demo: input-starved" in text
-        assert re.search(r"[├└]─ \S+ \(worker\)", text)  # the DataLoader workers, as a tree
+        # The monitor does not wait for the demo's workers: they show as they are forked.
+        tree = r"[├└]─ \S+ \(worker\)"  # the DataLoader workers, as a tree
+        await until(pilot, lambda: len(re.findall(tree, screen_text(app))) == 2, tries=3000)
         # The demo's stand-ins: GPU processes and their workers (agent processes of other
         # jobs on this machine may be listed too; they are not ours to check).
         pids = [pid for g in app.frame.snapshot.gpus for p in g.processes

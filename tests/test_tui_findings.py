@@ -94,7 +94,11 @@ def test_auto_capture_needs_a_stall_a_pid_and_an_agent():
     policy = AutoCapturePolicy(clock=lambda: clock[0])
     assert policy.due([finding("throttling")], with_agent={4100}) == []  # not a stall
     assert policy.due([finding(pid=None)], with_agent={4100}) == []  # no process to ask
-    assert policy.due([finding(pid=4200)], with_agent={4100}) == []  # no agent in it
+    late = finding(pid=4200)
+    assert policy.due([late], with_agent={4100}) == []  # no agent in it (yet)
+    # Its agent comes up while the finding is still active: captured then, once.
+    assert policy.due([late], with_agent={4100, 4200}) == [late]
+    assert policy.due([late], with_agent={4100, 4200}) == []
     # A capture made with `p` counts as the process's capture.
     policy.record(4500)
     clock[0] += 60
@@ -160,3 +164,19 @@ async def test_diagnosis_screen_shows_the_report_trace_and_how_to_open_it():
         await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen))
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen))
+
+
+@run_async
+async def test_findings_panel_scrolls_when_they_do_not_fit():
+    ids = ["dataloader-stall", "host-sync", "pcie-bound", "throttling", "memory-growth",
+           "contention"]
+    many = [finding(id_, pid=4100 + i, gpu=i) for i, id_ in enumerate(ids)]
+    app = GputopApp(snapshots=STARVED)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.frames_rendered > 0)
+        app.show_findings(many)
+        await pilot.pause()
+        assert "contention" not in screen_text(app)  # below the fold
+        app.findings.scroll_end(animate=False, immediate=True)
+        await until(pilot, lambda: "contention" in screen_text(app))
+        assert "findings (6)" in screen_text(app)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
-from textual.containers import VerticalScroll
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from diagnostics.live import finding_key
 from gputop.tui.severity import SEVERITY_MARK
-from gputop.tui.widgets.text_line import StripWidget
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 
@@ -51,41 +52,21 @@ def findings_text(findings: Sequence, notes: Mapping[tuple, str] | None = None) 
     return out
 
 
-class WrappedText(StripWidget):
-    """Text wrapped to the widget's width; its height follows the wrapped lines."""
+class FindingsPanel(ScrollView, can_focus=True):
+    """The findings, wrapped to the panel's width and scrolled through the line API.
+
+    A change of the virtual size lays the whole screen out again (~20 ms of CPU in the 8-GPU
+    tour), and new evidence often wraps to one line more or less; so the virtual height is the
+    panel's own while the text fits, and past that grows or shrinks in steps of VIRTUAL_STEP
+    lines (the extra lines are blank): most updates only repaint the panel."""
+
+    VIRTUAL_STEP = 8
 
     DEFAULT_CSS = """
-    WrappedText { height: auto; }
-    """
-
-    def __init__(self, text: Text, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.source = text
-
-    def _wrapped(self, width: int) -> Text:
-        if width <= 0:
-            return self.source
-        lines = self.source.wrap(self.app.console, width, overflow="fold")
-        return Text("\n").join(lines)
-
-    def set_source(self, text: Text) -> None:
-        if text == self.source:
-            return
-        self.source = text
-        self.rebuild()
-
-    def rebuild(self) -> None:
-        width = self.size.width
-        if width > 0:
-            self.show_text(self._wrapped(width))  # re-lays out when the line count changes
-
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return self._wrapped(width).plain.count("\n") + 1
-
-
-class FindingsPanel(VerticalScroll):
-    DEFAULT_CSS = """
-    FindingsPanel { border: round $secondary; height: 1fr; }
+    FindingsPanel {
+        border: round $secondary; height: 1fr; scrollbar-size-vertical: 1;
+        scrollbar-gutter: stable;
+    }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -93,14 +74,11 @@ class FindingsPanel(VerticalScroll):
         self.border_title = "findings"
         self.findings: list = []
         self.notes: dict[tuple, str] = {}
-        self._body = WrappedText(findings_text([]))
-
-    def compose(self):
-        yield self._body
-
-    @property
-    def text(self) -> Text:
-        return self._body.source
+        self.text = findings_text([])
+        self._lines: list[Text] = []
+        self._strips: dict[int, Strip] = {}  # line index -> strip, made when first painted
+        self._blank = Strip.blank(0)
+        self._strips_key: tuple | None = None
 
     def update_findings(self, findings: Sequence, notes: Mapping[tuple, str] | None = None
                         ) -> None:
@@ -110,4 +88,50 @@ class FindingsPanel(VerticalScroll):
         if notes is not None:
             self.notes = dict(notes)
         self.border_title = f"findings ({len(self.findings)})" if self.findings else "findings"
-        self._body.set_source(findings_text(self.findings, self.notes))
+        text = findings_text(self.findings, self.notes)
+        if text != self.text:
+            self.text = text
+            self._strips_key = None
+            self._wrap()
+            self.refresh()
+
+    def on_resize(self) -> None:
+        self._wrap()
+
+    def _wrap(self) -> None:
+        """Wrap the text for the current width (again only when it changed); lines become
+        strips when they are first painted, so the ones scrolled out of view cost nothing."""
+        region = self.scrollable_content_region
+        style = self.rich_style
+        key = (region.width, style, region.height)
+        if region.width <= 0 or key == self._strips_key:
+            return
+        self._lines = list(self.text.wrap(self.app.console, region.width, overflow="fold"))
+        self._strips = {}
+        self._blank = Strip.blank(region.width, style)
+        self._strips_key = key
+        height = len(self._lines)
+        if height <= region.height:
+            height = region.height  # all in view: no scrolling
+        else:
+            height = -(-height // self.VIRTUAL_STEP) * self.VIRTUAL_STEP
+        if self.virtual_size != (region.width, height):
+            self.virtual_size = Size(region.width, height)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips_key = None  # a new theme: the base style of the strips changed
+
+    def render_line(self, y: int) -> Strip:
+        if self._strips_key is None:
+            self._wrap()
+        index = self.scroll_offset.y + y
+        strip = self._strips.get(index)
+        if strip is None:
+            if index >= len(self._lines):
+                return self._blank
+            width, style, _ = self._strips_key
+            line = self._lines[index].render(self.app.console)
+            strip = Strip(list(line)).apply_style(style).crop_extend(0, width, style)
+            self._strips[index] = strip
+        return strip
