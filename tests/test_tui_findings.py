@@ -64,7 +64,8 @@ def test_findings_text_shows_a_note_under_its_finding_only():
     note = "capture: dataloader-stall, trace /tmp/x.pt.trace.json.gz"
     text = findings_text([a, b], {("dataloader-stall", 0, 4100): note}).plain
     assert note in text
-    assert text.index(note) < text.index("pcie-bound")  # under the first finding
+    assert text.index(note) < text.index("pcie-bound")  # with the first finding,
+    assert text.index("dataloader-stall on GPU 0") < text.index(note) < text.index("fix:")
     assert text.count("capture:") == 1
     assert findings_text([]).plain == "no findings"
 

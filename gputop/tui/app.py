@@ -71,6 +71,14 @@ CAPTURE_STEPS = 3
 FINDINGS_PERIOD = 4.9
 
 
+def home_short(path: str) -> str:
+    """``path`` with the home directory as ~ (the findings panel is narrow)."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        return "~" + path[len(home):]
+    return path
+
+
 @dataclass
 class CaptureRun:
     """A capture in flight: which process, for which finding (None: the `p` key), since when."""
@@ -664,7 +672,8 @@ class GputopApp(App[int]):
         run = self.captures.pop(pid, None)
         self._show_capture_status()
         if run is not None and run.finding is not None:
-            self._set_note(run.finding, f"capture: {analysis.verdict}, trace {trace}")
+            self._set_note(run.finding,
+                           f"capture: {analysis.verdict}, trace {home_short(trace)}")
             self.notify(f"auto-capture of pid {pid}: {analysis.verdict}; trace {trace}",
                         timeout=8)
             return

@@ -21,7 +21,8 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "bo
 
 
 def findings_text(findings: Sequence, notes: Mapping[tuple, str] | None = None) -> Text:
-    """The panel's text; ``notes`` maps a finding's (id, gpu, pid) to a line shown under it."""
+    """The panel's text; ``notes`` maps a finding's (id, gpu, pid) to a line shown with it
+    (under its title)."""
     if not findings:
         return Text("no findings", style="dim")
     notes = notes or {}
@@ -40,15 +41,15 @@ def findings_text(findings: Sequence, notes: Mapping[tuple, str] | None = None) 
         if where:
             out.append("  " + " ".join(where), style="dim")
         out.append(f"\n{f.title}")
+        note = notes.get(finding_key(f))
+        if note:  # right under the title: the proof is what the reader looks for first
+            out.append("\n")
+            out.append(note, style="bold")
         if f.evidence:
             out.append(f"\n{f.evidence}", style="dim")
         if f.fix:
             out.append("\nfix: ", style="bold")
             out.append(f.fix)
-        note = notes.get(finding_key(f))
-        if note:
-            out.append("\n")
-            out.append(note, style="bold")
     return out
 
 
