@@ -117,6 +117,32 @@ class _Context:
 # -- the rules: each returns the findings whose condition holds now ---------------------------
 
 
+@dataclass(frozen=True)
+class _TreeLoad:
+    """How busy one training process and its DataLoader workers were over the window."""
+
+    main_cpu: float | None
+    main_runnable: float
+    n_workers: int
+    worker_cpu: float | None
+    worker_runnable: float
+    wait_share: float | None  # from the agent
+    host_cpu: float
+
+
+def _tree_load(ctx: _Context, gpus: list[GpuSample], pid: int) -> _TreeLoad:
+    procs = _proc_series(gpus, pid)
+    return _TreeLoad(
+        main_cpu=_mean(p.cpu_percent for p in procs),
+        main_runnable=_runnable_share(p.state for p in procs),
+        n_workers=len(procs[-1].workers),
+        worker_cpu=_mean(w.cpu_percent for p in procs for w in p.workers),
+        worker_runnable=_runnable_share(w.state for p in procs for w in p.workers),
+        wait_share=_mean((p.agent or {}).get("dataloader_wait_share") for p in procs),
+        host_cpu=_mean(s.host.cpu_percent for s in ctx.window) or 0.0,
+    )
+
+
 def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
     out = []
     for index, gpus in ctx.per_gpu():
@@ -124,24 +150,19 @@ def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
         if util is None or util >= 50:
             continue
         for pid in _pids(gpus):
-            procs = _proc_series(gpus, pid)
-            main_cpu = _mean(p.cpu_percent for p in procs)
-            main_runnable = _runnable_share(p.state for p in procs)
-            n_workers = len(procs[-1].workers)
-            worker_cpu = _mean(w.cpu_percent for p in procs for w in p.workers)
-            worker_runnable = _runnable_share(w.state for p in procs for w in p.workers)
-            wait_share = _mean((p.agent or {}).get("dataloader_wait_share") for p in procs)
-            host_cpu = _mean(s.host.cpu_percent for s in ctx.window)
+            load = _tree_load(ctx, gpus, pid)
+            main_cpu, n_workers, worker_cpu = load.main_cpu, load.n_workers, load.worker_cpu
+            wait_share, host_cpu = load.wait_share, load.host_cpu
             if wait_share is not None and wait_share >= 0.3:
                 why = f"the training loop waits for the DataLoader {wait_share * 100:.0f}% of each step (agent)"
             elif n_workers and worker_cpu is not None and worker_cpu >= 60:
                 why = f"its {n_workers} DataLoader workers run at {worker_cpu:.0f}% of a core each"
-            elif n_workers and worker_runnable >= 0.7 and (host_cpu or 0) >= 90:
-                why = (f"its {n_workers} workers are CPU-bound (runnable {worker_runnable * 100:.0f}% "
+            elif n_workers and load.worker_runnable >= 0.7 and host_cpu >= 90:
+                why = (f"its {n_workers} workers are CPU-bound (runnable {load.worker_runnable * 100:.0f}% "
                        f"of the time, {worker_cpu or 0:.0f}% of a core each) on a host with no CPU "
                        f"left ({host_cpu:.0f}% busy)")
             elif not n_workers and util < 35 and (
-                (main_cpu or 0) >= 80 or (main_runnable >= 0.8 and (host_cpu or 0) >= 90)
+                (main_cpu or 0) >= 80 or (load.main_runnable >= 0.8 and host_cpu >= 90)
             ):
                 why = (f"it has no DataLoader workers and its main process is CPU-bound "
                        f"({main_cpu or 0:.0f}% of a core): loading in the training loop, num_workers=0")
@@ -176,13 +197,10 @@ def rule_host_sync(ctx: _Context) -> list[Finding]:
         if not (mean >= 35 and high >= 80 and 0.1 <= low <= 0.6):
             continue
         for pid in _pids(gpus):
-            procs = _proc_series(gpus, pid)
-            main_cpu = _mean(p.cpu_percent for p in procs)
-            runnable = _runnable_share(p.state for p in procs)
-            wait_share = _mean((p.agent or {}).get("dataloader_wait_share") for p in procs)
-            host_cpu = _mean(s.host.cpu_percent for s in ctx.window) or 0
-            cpu_bound = (main_cpu or 0) >= 70 or (runnable >= 0.7 and host_cpu >= 90)
-            if not cpu_bound or (wait_share or 0) >= 0.3:
+            load = _tree_load(ctx, gpus, pid)
+            main_cpu, runnable = load.main_cpu, load.main_runnable
+            cpu_bound = (main_cpu or 0) >= 70 or (runnable >= 0.7 and load.host_cpu >= 90)
+            if not cpu_bound or (load.wait_share or 0) >= 0.3:
                 continue
             out.append(Finding(
                 id="host-sync",

@@ -7,10 +7,12 @@ simulated driver their real pids; the rest of gputop cannot tell the difference.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import AgentProbe, Sampler
+from gputop.model import Snapshot
 
 
 def _agent_probe() -> AgentProbe | None:
@@ -75,3 +77,18 @@ def open_sampler(
                 sampler.close()
     finally:
         simnvml.uninstall()
+
+
+def sample_every(sampler: Sampler, interval: float, duration: float | None) -> Iterator[Snapshot]:
+    """Snapshots every ``interval`` seconds on a fixed schedule, for ``duration`` (None: forever).
+
+    A tick that runs late does not make the next ones burst to catch up."""
+    start = tick = time.monotonic()
+    while duration is None or time.monotonic() - start < duration:
+        yield sampler.sample()
+        tick += interval
+        delay = tick - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            tick = time.monotonic()

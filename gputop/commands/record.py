@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from pathlib import Path
 
 from gputop.errors import UsageError
@@ -32,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
     from diagnostics.live import LiveDiagnosis
     from gputop.recording import Recorder, RecordingError, recording_meta
-    from gputop.session import open_sampler
+    from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
@@ -48,21 +47,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"gputop: {sampler.driver.error}; recording the host and agent "
                       "telemetry only", file=sys.stderr)
             host = sampler.host.hostname
-            start = tick = time.monotonic()
             try:
-                while args.duration is None or time.monotonic() - start < args.duration:
-                    snap = sampler.sample()
+                for snap in sample_every(sampler, args.interval, args.duration):
                     if samples == 0:
                         recorder.create(recording_meta(snap, args.interval))
                     events = [t.to_json(host) for t in diagnosis.update(snap)]
                     recorder.add(snap, events)
                     samples += 1
-                    tick += args.interval
-                    delay = tick - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                    else:
-                        tick = time.monotonic()
             except KeyboardInterrupt:
                 pass
             recorder.flush()

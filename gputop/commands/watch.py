@@ -46,7 +46,7 @@ def format_transition(t: Transition) -> str:
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
     from diagnostics.live import LiveDiagnosis
-    from gputop.session import open_sampler
+    from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
@@ -59,21 +59,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"gputop: {sampler.driver.error}; only host-side rules can run "
                       "(try --demo tour)", file=sys.stderr)
             host = sampler.host.hostname
-            start = time.monotonic()
-            tick = start
-            while args.duration is None or time.monotonic() - start < args.duration:
-                snap = sampler.sample()
+            for snap in sample_every(sampler, args.interval, args.duration):
                 for transition in diagnosis.update(snap):
                     if args.json:
                         print(json.dumps(transition.to_json(host)), flush=True)
                     else:
                         print(format_transition(transition), flush=True)
-                tick += args.interval
-                delay = tick - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                else:
-                    tick = time.monotonic()  # we fell behind: do not burst to catch up
     except KeyboardInterrupt:
         return 130
     return 0
