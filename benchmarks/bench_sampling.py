@@ -31,7 +31,7 @@ def main() -> None:
     while len(psutil.pids()) < args.processes:
         fillers.append(subprocess.Popen(["sleep", "600"]))
     try:
-        with open_sampler("tour", agents=True, wait_for_workers=True) as sampler:
+        with open_sampler("tour", agents=True, wait_for_workers=10.0) as sampler:
             sampler.sample()
             total, nvml, host = [], [], []
             for _ in range(args.ticks):

@@ -41,12 +41,13 @@ def open_sampler(
     seed: int = 0,
     agents: bool = True,
     clock=None,
-    wait_for_workers: bool = False,
+    wait_for_workers: float = 1.5,
 ) -> Iterator[Sampler]:
     """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too.
 
-    ``wait_for_workers`` holds the first sample until the stand-ins have their worker children
-    (a one-shot snapshot needs them; a running monitor shows them as they appear)."""
+    The first sample waits up to ``wait_for_workers`` seconds for the stand-ins to fork their
+    workers (a fraction of a second; the torch demo takes longer to import torch, and a running
+    monitor shows its workers as they appear, so it should not wait for that)."""
     probe = _agent_probe() if agents else None
     if demo is None:
         sampler = Sampler(NvmlCollector(gpus), agent_probe=probe)
@@ -67,8 +68,8 @@ def open_sampler(
         with StandIns(scenario) as standins:
             for index, pids in standins.start().items():
                 sim.set_processes(index, pids)
-            if wait_for_workers:
-                wait_ready(standins)
+            if wait_for_workers > 0:
+                wait_ready(standins, timeout=wait_for_workers)
             sampler = Sampler(NvmlCollector(gpus), agent_probe=probe, simulated=demo)
             sampler.open()
             try:

@@ -84,7 +84,7 @@ def sample_scenario(scenario: str, samples: int,
     start = time.time() - samples
     snaps = []
     capture = None
-    with open_sampler(scenario, seed=0, clock=clock, wait_for_workers=True) as sampler:
+    with open_sampler(scenario, seed=0, clock=clock, wait_for_workers=10.0) as sampler:
         sampler.sample()
         for i in range(samples):
             clock.t = float(i)

@@ -15,7 +15,7 @@ HOLDER = textwrap.dedent(
     """
     import time
     from gputop.session import open_sampler
-    with open_sampler("input-starved", wait_for_workers=True) as sampler:
+    with open_sampler("input-starved", wait_for_workers=10.0) as sampler:
         snap = sampler.sample()
         proc = snap.gpus[0].processes[0]
         print(proc.pid, *[w.pid for w in proc.workers], flush=True)
@@ -49,7 +49,7 @@ def test_standins_die_when_gputop_is_killed():
 def test_session_exit_stops_standins():
     from gputop.session import open_sampler
 
-    with open_sampler("tour", wait_for_workers=True) as sampler:
+    with open_sampler("tour", wait_for_workers=10.0) as sampler:
         snap = sampler.sample()
         pids = [p.pid for g in snap.gpus for p in g.processes if p.visible]
         pids += [w.pid for g in snap.gpus for p in g.processes for w in p.workers]

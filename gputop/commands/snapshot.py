@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def take_snapshot(args: argparse.Namespace) -> Snapshot:
     from gputop.session import open_sampler  # here: keeps `gputop --help` light
 
-    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=True) as sampler:
+    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0) as sampler:
         sampler.sample()  # primes the CPU-rate counters of the processes it finds
         time.sleep(min(args.interval, 1.0))
         return sampler.sample()
