@@ -14,22 +14,7 @@ Ranges = list[tuple[float, float]]
 
 def merge(intervals: Iterable[tuple[float, float]]) -> Ranges:
     """Union of possibly overlapping intervals, sorted and disjoint. Touching intervals join."""
-    out: Ranges = []
-    append = out.append
-    cur_s = cur_e = None
-    for start, end in sorted(intervals):
-        if end <= start:
-            continue
-        if cur_e is not None and start <= cur_e:
-            if end > cur_e:
-                cur_e = end
-        else:
-            if cur_e is not None:
-                append((cur_s, cur_e))
-            cur_s, cur_e = start, end
-    if cur_e is not None:
-        append((cur_s, cur_e))
-    return out
+    return merge_sorted(sorted(intervals))
 
 
 def merge_sorted(intervals: Iterable[tuple[float, float]]) -> Ranges:

@@ -6,7 +6,6 @@ import gzip
 import json
 import os
 import re
-import shutil
 import socket
 import stat
 import subprocess
@@ -18,9 +17,8 @@ import pytest
 from gputop import ipc
 from tests.conftest import wait_for
 from tests.scripts.agent_testkit import (
-    agent_env,
     gputop_run,
-    private_runtime_dir,
+    private_agent_world,
     running,
     train_cmd,
     wait_for_steps,
@@ -33,20 +31,9 @@ TRACE_NAME = re.compile(
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    runtime = private_runtime_dir()
     captures = tmp_path_factory.mktemp("captures")
-    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR")}
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-    os.environ["GPUTOP_CAPTURE_DIR"] = str(captures)
-    try:
-        yield agent_env(runtime, captures), captures
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(runtime, ignore_errors=True)
+    with private_agent_world(captures) as (env, _):
+        yield env, captures
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import socket
 import stat
 import subprocess
@@ -17,9 +16,8 @@ import pytest
 
 from gputop import ipc
 from tests.scripts.agent_testkit import (
-    agent_env,
     gputop_run,
-    private_runtime_dir,
+    private_agent_world,
     running,
     train_cmd,
     wait_for_steps,
@@ -29,25 +27,11 @@ from tests.scripts.agent_testkit import (
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A private socket dir for this module, set for the test process too (ipc reads it)."""
-    runtime = private_runtime_dir()
-    captures = tmp_path_factory.mktemp("captures")
-    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR")}
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-    os.environ["GPUTOP_CAPTURE_DIR"] = str(captures)
-    try:
-        yield (
-            agent_env(
-                runtime, captures, RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", SLURM_JOB_ID="4242"
-            ),
-            runtime,
-        )
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(runtime, ignore_errors=True)
+    with private_agent_world(
+        tmp_path_factory.mktemp("captures"),
+        RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", SLURM_JOB_ID="4242",
+    ) as world:
+        yield world
 
 
 @pytest.fixture(scope="module")

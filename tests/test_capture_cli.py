@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -17,9 +15,8 @@ import pytest
 from tests.conftest import REPO, run_cli, wait_for
 from tests.scripts.agent_testkit import (
     INFERENCE,
-    agent_env,
     gputop_run,
-    private_runtime_dir,
+    private_agent_world,
     running,
     train_cmd,
     wait_for_steps,
@@ -28,18 +25,9 @@ from tests.scripts.agent_testkit import (
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    runtime = private_runtime_dir()
     captures = tmp_path_factory.mktemp("captures")
-    saved = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)  # for wait_for_steps in this process
-    try:
-        yield agent_env(runtime, captures), captures
-    finally:
-        if saved is None:
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = saved
-        shutil.rmtree(runtime, ignore_errors=True)
+    with private_agent_world(captures) as (env, _):
+        yield env, captures
 
 
 def test_acceptance_run_then_capture_json_and_report(world, tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,9 +17,8 @@ import pytest
 from gputop import ipc
 from tests.conftest import REPO, run_cli, wait_for
 from tests.scripts.agent_testkit import (
-    agent_env,
     gputop_run,
-    private_runtime_dir,
+    private_agent_world,
     running,
     train_cmd,
     wait_for_steps,
@@ -46,18 +44,8 @@ REPORT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    runtime = private_runtime_dir()
-    captures = tmp_path_factory.mktemp("captures")
-    saved = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-    try:
-        yield agent_env(runtime, captures)
-    finally:
-        if saved is None:
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = saved
-        shutil.rmtree(runtime, ignore_errors=True)
+    with private_agent_world(tmp_path_factory.mktemp("captures")) as (env, _):
+        yield env
 
 
 def test_exit_status_and_pid_are_the_jobs(world):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,25 @@ def private_runtime_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix="gputop-test-xdg-"))
     os.chmod(path, 0o700)
     return path
+
+
+@contextmanager
+def private_agent_world(captures: Path, **extra: str) -> Iterator[tuple[dict[str, str], Path]]:
+    """A private socket dir and capture dir, set for this process too (ipc reads them), and the
+    job environment that uses them; both are restored and the socket dir removed afterwards."""
+    runtime = private_runtime_dir()
+    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR")}
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    os.environ["GPUTOP_CAPTURE_DIR"] = str(captures)
+    try:
+        yield agent_env(runtime, captures, **extra), runtime
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def agent_env(runtime: Path, captures: Path, **extra: str) -> dict[str, str]:
