@@ -16,7 +16,7 @@ SEVERITY_RANK: dict[str, int] = {name: rank for rank, name in enumerate(SEVERITI
 # Stable ids (DESIGN.md) -> one-line meaning. The order is the order of DESIGN.md.
 CATALOGUE: dict[str, str] = {
     "dataloader-stall": "the input pipeline starves the GPU",
-    "host-sync": "the CPU blocks on the GPU (.item(), .cpu(), explicit synchronize)",
+    "host-sync": "the GPU runs dry because the CPU blocked on it (.item(), .cpu(), synchronize)",
     "pageable-memcpy": "host-device copies from pageable memory, or blocking copies",
     "launch-bound": "CPU/launch overhead: many tiny kernels with gaps between them",
     "communication": "collectives take a large share of the step and are not overlapped",
@@ -32,6 +32,7 @@ CATALOGUE: dict[str, str] = {
     "contention": "several processes share one GPU",
     "imbalance": "GPUs of one job do unequal work (a straggler)",
     "hardware-errors": "XID / ECC / remapped-row events",
+    "cold-start": "the window is start-up (context, first allocations, autotune, compile)",
 }
 
 
