@@ -163,7 +163,7 @@ def interleaved(child: Child, rounds: int, block: int, agent_on=(False, True), p
     Returns (step times of the first kind, of the second kind, per-round ratios second/first).
     ``agent_on=(False, False)`` is the control: the method's own noise floor.
     """
-    from gputop.ipc import agent_status
+    from gputop.agent.client import agent_status
 
     first, second, ratios = [], [], []
     for r in range(rounds):
@@ -191,13 +191,13 @@ def interleaved(child: Child, rounds: int, block: int, agent_on=(False, True), p
 
 def capture_cost(agent: Child, out_dir: str) -> dict:
     """One capture while the agent child trains: hook time, and added time overall."""
-    from gputop import ipc
+    from gputop.agent import client
 
     flag = Path(tempfile.mkstemp(prefix="bench-agent-flag-")[1])
     agent.ask_nowait(op="run_until", flag=str(flag))
     time.sleep(1.0)  # a baseline before the request
     t_request = time.monotonic()
-    reply = ipc.request(
+    reply = client.request(
         agent.pid, {"cmd": "capture", "steps": 3, "warmup": 1, "out": out_dir}, timeout=60
     )
     t_reply = time.monotonic()
@@ -283,7 +283,7 @@ def main() -> int:
             f"step = {per_step / base * 100:.3f}% of this model's step"
         )
 
-        from gputop.ipc import agent_status
+        from gputop.agent.client import agent_status
 
         lat = []
         for _ in range(200):

@@ -15,18 +15,13 @@ from gputop.collect.sampler import AgentProbe, Sampler
 from gputop.model import Snapshot
 
 
-def _agent_probe() -> AgentProbe | None:
-    try:
-        from gputop import ipc
-    except ImportError:
-        return None
-    if not hasattr(ipc, "list_agents") or not hasattr(ipc, "agent_status"):
-        return None
+def _agent_probe() -> AgentProbe:
+    from gputop.agent import client
 
     def probe(_gpu_pids: set[int]) -> dict[int, dict]:
         statuses = {}
-        for pid in ipc.list_agents():
-            status = ipc.agent_status(pid)
+        for pid in client.list_agents():
+            status = client.agent_status(pid)
             if status is not None:
                 statuses[pid] = status
         return statuses

@@ -24,9 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from diagnostics.trace import TraceAnalysis, analyze_trace  # noqa: E402
-from gputop.capture_client import request_capture  # noqa: E402
-from gputop.ipc import list_agents  # noqa: E402
+from gputop.agent.client import list_agents, request_capture  # noqa: E402
+from gputop.diagnostics.trace import TraceAnalysis, analyze_trace  # noqa: E402
 from gputop.model import Snapshot  # noqa: E402
 from gputop.session import open_sampler  # noqa: E402
 from gputop.tui.app import GputopApp  # noqa: E402

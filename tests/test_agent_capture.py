@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop import ipc
+from gputop.agent import client
 from tests.conftest import wait_for
 from tests.scripts.agent_testkit import (
     gputop_run,
@@ -65,13 +65,13 @@ def in_background(fn, *args, **kwargs) -> tuple[threading.Thread, dict]:
 
 
 def capture_state(pid: int) -> str:
-    status = ipc.agent_status(pid, timeout=2.0) or {}
+    status = client.agent_status(pid, timeout=2.0) or {}
     return (status.get("capture") or {}).get("state", "?")
 
 
 def test_step_capture_writes_a_private_trace_of_exactly_those_steps(world, job):
     _, captures = world
-    reply = ipc.request(job.pid, {"cmd": "capture", "steps": 3}, timeout=60)
+    reply = client.request(job.pid, {"cmd": "capture", "steps": 3}, timeout=60)
     path = Path(reply["trace"])
     assert path.parent == captures
     match = TRACE_NAME.match(path.name)
@@ -88,16 +88,16 @@ def test_step_capture_writes_a_private_trace_of_exactly_those_steps(world, job):
     summary = reply["summary"]
     assert summary["dataloader_wait_share"] > 0.5
     assert summary["step_time_mean_s"] > 0 and summary["blocked_s"] < summary["duration_s"]
-    status = ipc.agent_status(job.pid)
+    status = client.agent_status(job.pid)
     assert status["capture"]["state"] == "idle"
     assert status["capture"]["last"]["trace"] == str(path)
 
 
 def test_second_capture_at_once_is_told_busy(job):
-    thread, box = in_background(ipc.request, job.pid, {"cmd": "capture", "steps": 6}, timeout=60)
+    thread, box = in_background(client.request, job.pid, {"cmd": "capture", "steps": 6}, timeout=60)
     wait_for(lambda: capture_state(job.pid) != "idle", timeout=10)
-    with pytest.raises(ipc.AgentError) as err:
-        ipc.request(job.pid, {"cmd": "capture", "steps": 1}, timeout=10)
+    with pytest.raises(client.AgentError) as err:
+        client.request(job.pid, {"cmd": "capture", "steps": 1}, timeout=10)
     assert err.value.code == "busy" and "already running" in str(err.value)
     thread.join(60)
     assert "error" not in box, box
@@ -105,13 +105,13 @@ def test_second_capture_at_once_is_told_busy(job):
 
 
 def test_cancel_stops_a_capture_and_training_goes_on(job):
-    thread, box = in_background(ipc.request, job.pid, {"cmd": "capture", "steps": 500}, timeout=60)
+    thread, box = in_background(client.request, job.pid, {"cmd": "capture", "steps": 500}, timeout=60)
     wait_for(lambda: capture_state(job.pid) == "recording", timeout=10)
-    assert ipc.request(job.pid, {"cmd": "cancel"})["cancelled"] is True
+    assert client.request(job.pid, {"cmd": "cancel"})["cancelled"] is True
     thread.join(30)
-    assert isinstance(box.get("error"), ipc.AgentError) and box["error"].code == "cancelled"
-    steps = ipc.agent_status(job.pid)["steps"]
-    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+    assert isinstance(box.get("error"), client.AgentError) and box["error"].code == "cancelled"
+    steps = client.agent_status(job.pid)["steps"]
+    wait_for(lambda: client.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
     assert capture_state(job.pid) == "idle"
 
 
@@ -119,11 +119,11 @@ def test_unwritable_capture_dir_is_an_error_reply_and_training_goes_on(job, tmp_
     a_file = tmp_path / "not-a-dir"
     a_file.write_text("x")
     for out in (str(a_file / "sub"), "/proc/gputop-captures"):
-        with pytest.raises(ipc.AgentError) as err:
-            ipc.request(job.pid, {"cmd": "capture", "steps": 2, "out": out}, timeout=30)
+        with pytest.raises(client.AgentError) as err:
+            client.request(job.pid, {"cmd": "capture", "steps": 2, "out": out}, timeout=30)
         assert err.value.code == "capture-dir" and out in str(err.value)
-    steps = ipc.agent_status(job.pid)["steps"]
-    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+    steps = client.agent_status(job.pid)["steps"]
+    wait_for(lambda: client.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
 
 
 @pytest.fixture
@@ -144,9 +144,9 @@ def full_disk(tmp_path):
 
 
 def test_full_capture_dir_is_an_error_reply_and_nothing_is_left_behind(job, full_disk):
-    with pytest.raises(ipc.AgentError) as err:
+    with pytest.raises(client.AgentError) as err:
         # Shapes and stacks make the trace far larger than the file system.
-        ipc.request(
+        client.request(
             job.pid,
             {
                 "cmd": "capture",
@@ -159,9 +159,9 @@ def test_full_capture_dir_is_an_error_reply_and_nothing_is_left_behind(job, full
         )
     assert err.value.code == "export-failed" and str(full_disk) in str(err.value)
     assert os.listdir(full_disk) == []
-    steps = ipc.agent_status(job.pid)["steps"]
-    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
-    assert ipc.agent_status(job.pid)["agent_errors"] == 0
+    steps = client.agent_status(job.pid)["steps"]
+    wait_for(lambda: client.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+    assert client.agent_status(job.pid)["agent_errors"] == 0
 
 
 def _losses(stdout: str) -> list[str]:
@@ -177,7 +177,7 @@ def test_loss_sequence_is_identical_without_agent_with_agent_and_with_a_capture(
     captured = gputop_run(train_cmd(*args), env)
     with running(plain), running(idle), running(captured):
         wait_for_steps(captured.pid, steps=2)
-        reply = ipc.request(captured.pid, {"cmd": "capture", "steps": 3}, timeout=60)
+        reply = client.request(captured.pid, {"cmd": "capture", "steps": 3}, timeout=60)
         assert Path(reply["trace"]).exists()  # so the capture happened mid-run
         outputs = [p.communicate(timeout=60)[0] for p in (plain, idle, captured)]
         assert [p.returncode for p in (plain, idle, captured)] == [0, 0, 0]

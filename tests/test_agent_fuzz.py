@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gputop import ipc
+from gputop.agent import client
 from tests.conftest import wait_for
 from tests.scripts.agent_testkit import (
     agent_env,
@@ -50,7 +50,7 @@ drawn_lines = st.one_of(
     ).map(lambda d: json.dumps(d, allow_nan=True).encode()),
 )
 
-COMMANDS = [*ipc.COMMANDS, "", "HELLO", "capture ", "shutdown", "__init__", "eval"]
+COMMANDS = [*client.COMMANDS, "", "HELLO", "capture ", "shutdown", "__init__", "eval"]
 NASTY = [
     b"",
     b"{",
@@ -168,7 +168,7 @@ def exchange(path: str, lines: list[bytes]) -> list[dict]:
 
 
 def test_random_and_malformed_messages_never_hurt_the_agent_or_the_training(job):
-    path = str(ipc.find_agent(job.pid))
+    path = str(client.find_agent(job.pid))
     sent: list[int] = []
 
     @settings(
@@ -192,12 +192,12 @@ def test_random_and_malformed_messages_never_hurt_the_agent_or_the_training(job)
 
     one_connection()
     assert sum(sent) >= 10_000
-    hello = ipc.request(job.pid, {"cmd": "hello"})
+    hello = client.request(job.pid, {"cmd": "hello"})
     assert hello["pid"] == job.pid
-    status = ipc.agent_status(job.pid)
+    status = client.agent_status(job.pid)
     assert status["agent_errors"] == 0 and status["capture"]["state"] == "idle"
     steps = status["steps"]
-    wait_for(lambda: ipc.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
+    wait_for(lambda: client.agent_status(job.pid)["steps"] > steps + 2, timeout=10)
     assert job.poll() is None
     job.terminate()
     _out, err = job.communicate(timeout=30)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop import ipc
+from gputop.agent import client
 from tests.scripts.agent_testkit import (
     gputop_run,
     private_agent_world,
@@ -26,7 +26,7 @@ from tests.scripts.agent_testkit import (
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A private socket dir for this module, set for the test process too (ipc reads it)."""
+    """A private socket dir for this module, set for the test process too (the client reads it)."""
     with private_agent_world(
         tmp_path_factory.mktemp("captures"),
         RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", SLURM_JOB_ID="4242",
@@ -45,7 +45,7 @@ def job(world):
 
 def raw_exchange(pid: int, payload: bytes, timeout: float = 5.0) -> list[dict]:
     """Send raw bytes on one connection, read every reply line until the agent closes."""
-    path = ipc.find_agent(pid)
+    path = client.find_agent(pid)
     assert path is not None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
@@ -60,17 +60,17 @@ def raw_exchange(pid: int, payload: bytes, timeout: float = 5.0) -> list[dict]:
 
 def test_socket_is_0600_in_a_0700_directory_of_ours(world, job):
     _env, runtime = world
-    path = ipc.find_agent(job.pid)
+    path = client.find_agent(job.pid)
     assert path == runtime / "gputop" / f"{job.pid}.sock"
     st, dst = os.lstat(path), os.lstat(path.parent)
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert stat.S_ISDIR(dst.st_mode) and stat.S_IMODE(dst.st_mode) == 0o700
     assert st.st_uid == dst.st_uid == os.geteuid()
-    assert ipc.list_agents()[job.pid] == path
+    assert client.list_agents()[job.pid] == path
 
 
 def test_hello_describes_the_process(job):
-    hello = ipc.request(job.pid, {"cmd": "hello"})
+    hello = client.request(job.pid, {"cmd": "hello"})
     assert hello["pid"] == job.pid  # gputop run exec'd: the job has gputop's pid
     assert hello["argv"][0].endswith("slow_loader_train.py")
     assert hello["hostname"] == socket.gethostname()
@@ -80,12 +80,12 @@ def test_hello_describes_the_process(job):
 
     assert hello["torch_version"] == torch.__version__
     assert hello["cuda_available"] is False  # a CPU build: known without touching CUDA
-    assert hello["agent_version"] and hello["protocol"] == ipc.PROTOCOL_VERSION
+    assert hello["agent_version"] and hello["protocol"] == client.PROTOCOL_VERSION
     assert abs(hello["start_time"] - time.time()) < 600
 
 
 def test_status_has_step_rate_and_dataloader_share(job):
-    status = ipc.agent_status(job.pid)
+    status = client.agent_status(job.pid)
     assert status is not None and status["steps"] >= 3
     assert status["steps_per_s"] > 0
     assert 0 < status["step_time_p50_s"] <= status["step_time_p95_s"]
@@ -124,17 +124,17 @@ def test_bad_requests_get_error_replies_and_the_agent_stays_up(job):
     ]
     assert all(r["ok"] is False and r["message"] for r in replies[:-1])
     assert replies[-1]["ok"] is True and replies[-1]["steps"] >= 3
-    assert ipc.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
+    assert client.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
 
 
 def test_oversized_message_is_refused_and_the_connection_closed(job):
     replies = raw_exchange(job.pid, b'{"cmd": "hello", "x": "' + b"a" * (70 * 1024) + b'"}\n')
     assert [r["error"] for r in replies] == ["too-large"]
-    assert ipc.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
+    assert client.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
 
 
 def test_cancel_without_capture_is_a_no_op(job):
-    assert ipc.request(job.pid, {"cmd": "cancel"}) == {"ok": True, "cancelled": False}
+    assert client.request(job.pid, {"cmd": "cancel"}) == {"ok": True, "cancelled": False}
 
 
 def _nobody_client(socket_path: Path) -> dict:
@@ -183,11 +183,11 @@ def _as_nobody(socket_path: Path) -> dict:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become `nobody`")
 def test_peer_of_another_uid_is_refused(world, job):
     _env, runtime = world
-    path = ipc.find_agent(job.pid)
+    path = client.find_agent(job.pid)
     # First line of defence: the 0700 directory keeps other users from reaching the socket.
     assert _as_nobody(path)["connect"] == "EACCES"
     # Loosen every file mode: SO_PEERCRED still refuses the peer.
-    before = ipc.agent_status(job.pid)["refused_peers"]
+    before = client.agent_status(job.pid)["refused_peers"]
     modes = [(p, stat.S_IMODE(os.lstat(p).st_mode)) for p in (runtime, path.parent, path)]
     try:
         os.chmod(runtime, 0o711)
@@ -198,13 +198,13 @@ def test_peer_of_another_uid_is_refused(world, job):
         for p, mode in modes:
             os.chmod(p, mode)
     assert outcome == {"connect": "ok", "received": ""}  # closed unanswered: nothing leaks
-    assert ipc.agent_status(job.pid)["refused_peers"] == before + 1
-    assert ipc.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
+    assert client.agent_status(job.pid)["refused_peers"] == before + 1
+    assert client.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
 
 
 def test_status_of_a_dead_or_hung_agent_is_none_and_fast(world):
     _env, runtime = world
-    directory = ipc.socket_dir(create=True)
+    directory = client.socket_dir(create=True)
     # A hung agent: the socket listens but nobody ever answers.
     hung_pid = os.getpid()
     hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -212,22 +212,22 @@ def test_status_of_a_dead_or_hung_agent_is_none_and_fast(world):
     hung.listen(1)
     try:
         t0 = time.monotonic()
-        assert ipc.agent_status(hung_pid, timeout=0.3) is None
+        assert client.agent_status(hung_pid, timeout=0.3) is None
         assert time.monotonic() - t0 < 1.5
-        with pytest.raises(ipc.AgentError) as err:
-            ipc.request(hung_pid, {"cmd": "status"}, timeout=0.3)
+        with pytest.raises(client.AgentError) as err:
+            client.request(hung_pid, {"cmd": "status"}, timeout=0.3)
         assert err.value.code == "timeout" and "\n" not in str(err.value)
     finally:
         hung.close()
     # The same file, no longer listening: refused, so stale, so removed.
-    with pytest.raises(ipc.AgentError) as err:
-        ipc.request(hung_pid, {"cmd": "status"})
+    with pytest.raises(client.AgentError) as err:
+        client.request(hung_pid, {"cmd": "status"})
     assert err.value.code == "no-agent"
     assert not (directory / f"{hung_pid}.sock").exists()
 
 
 def test_list_agents_removes_sockets_of_dead_processes(world):
-    directory = ipc.socket_dir(create=True)
+    directory = client.socket_dir(create=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = directory / f"{dead.pid}.sock"
@@ -235,22 +235,22 @@ def test_list_agents_removes_sockets_of_dead_processes(world):
     s.bind(str(stale))
     s.close()
     assert stale.exists()
-    assert dead.pid not in ipc.list_agents()
+    assert dead.pid not in client.list_agents()
     assert not stale.exists()
-    assert ipc.agent_status(dead.pid) is None
-    with pytest.raises(ipc.AgentError, match=f"no process with pid {dead.pid}"):
-        ipc.request(dead.pid, {"cmd": "hello"})
+    assert client.agent_status(dead.pid) is None
+    with pytest.raises(client.AgentError, match=f"no process with pid {dead.pid}"):
+        client.request(dead.pid, {"cmd": "hello"})
 
 
 def test_socket_dir_prefers_a_private_xdg_runtime_dir(tmp_path, monkeypatch):
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
-    assert ipc.socket_dir(create=True) == xdg / "gputop"
+    assert client.socket_dir(create=True) == xdg / "gputop"
     assert stat.S_IMODE(os.lstat(xdg / "gputop").st_mode) == 0o700
     # Not private: not usable for sockets, fall back to /tmp/gputop-<uid>.
     os.chmod(xdg, 0o755)
-    assert ipc.socket_dir() == Path("/tmp") / f"gputop-{os.geteuid()}"
+    assert client.socket_dir() == Path("/tmp") / f"gputop-{os.geteuid()}"
 
 
 def test_socket_dir_refuses_a_symlink_or_a_foreign_owner(tmp_path, monkeypatch):
@@ -260,29 +260,29 @@ def test_socket_dir_refuses_a_symlink_or_a_foreign_owner(tmp_path, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     (xdg / "gputop").symlink_to(elsewhere)
-    with pytest.raises(ipc.AgentError, match="symlink"):
-        ipc.socket_dir(create=True)
+    with pytest.raises(client.AgentError, match="symlink"):
+        client.socket_dir(create=True)
     (xdg / "gputop").unlink()
     (xdg / "gputop").mkdir(mode=0o700)
     if os.geteuid() == 0:
         os.chown(xdg / "gputop", pwd.getpwnam("nobody").pw_uid, -1)
-        with pytest.raises(ipc.AgentError, match="owned by uid"):
-            ipc.socket_dir(create=True)
-        assert ipc.list_agents() is not None  # refused quietly on the discovery side
+        with pytest.raises(client.AgentError, match="owned by uid"):
+            client.socket_dir(create=True)
+        assert client.list_agents() is not None  # refused quietly on the discovery side
 
 
 def test_a_socket_answering_in_another_process_name_is_not_trusted(world):
-    directory = ipc.socket_dir(create=True)
+    directory = client.socket_dir(create=True)
     victim = subprocess.Popen(["sleep", "30"])
     impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     impostor.bind(str(directory / f"{victim.pid}.sock"))
     impostor.listen(1)
     try:
-        with pytest.raises(ipc.AgentError) as err:
-            ipc.request(victim.pid, {"cmd": "status"})
+        with pytest.raises(client.AgentError) as err:
+            client.request(victim.pid, {"cmd": "status"})
         assert err.value.code == "refused"
         assert f"served by pid {os.getpid()}" in str(err.value)
-        assert ipc.agent_status(victim.pid) is None
+        assert client.agent_status(victim.pid) is None
     finally:
         impostor.close()
         os.unlink(directory / f"{victim.pid}.sock")

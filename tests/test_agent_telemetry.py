@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import gputop.agent
-from gputop import ipc
+from gputop.agent import client
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def agent(tmp_path, monkeypatch):
 
 
 def status() -> dict:
-    return ipc.request(os.getpid(), {"cmd": "status"})
+    return client.request(os.getpid(), {"cmd": "status"})
 
 
 class SleepyDataset(Dataset):
@@ -64,7 +64,7 @@ def train(loader, optimizers, model, iterations: int) -> None:
 
 def test_install_is_idempotent(agent):
     assert gputop.agent.install() == agent
-    assert ipc.list_agents()[os.getpid()] == agent
+    assert client.list_agents()[os.getpid()] == agent
 
 
 def test_two_optimizers_count_one_step_per_iteration(agent):
@@ -155,7 +155,7 @@ def test_a_forked_child_drops_the_server_and_serves_only_if_it_trains(agent):
             )
             mine = gputop.agent.socket_path()
             report["socket_after_step"] = str(mine)
-            report["hello"] = ipc.request(os.getpid(), {"cmd": "hello"})["pid"]
+            report["hello"] = client.request(os.getpid(), {"cmd": "hello"})["pid"]
             os.write(write_end, json.dumps(report).encode())
             gputop.agent.shutdown()
             code = 0
@@ -171,4 +171,4 @@ def test_a_forked_child_drops_the_server_and_serves_only_if_it_trains(agent):
     assert report["socket_after_step"].endswith(f"/{child}.sock")
     assert report["hello"] == child
     assert agent.exists()
-    assert ipc.request(os.getpid(), {"cmd": "hello"})["pid"] == os.getpid()
+    assert client.request(os.getpid(), {"cmd": "hello"})["pid"] == os.getpid()

@@ -78,9 +78,9 @@ def test_no_steps_suggests_seconds_and_a_time_window_capture_works(world):
     env, _ = world
     job = gputop_run([sys.executable, str(INFERENCE)], env)
     with running(job):
-        from gputop import ipc
+        from gputop.agent import client
 
-        wait_for(lambda: (ipc.agent_status(job.pid) or {}).get("step_hook"), timeout=60)
+        wait_for(lambda: (client.agent_status(job.pid) or {}).get("step_hook"), timeout=60)
         result = run_cli("capture", str(job.pid), "--timeout", "2", env=env)
         assert result.returncode == 1
         last = result.stderr.strip().splitlines()[-1]

@@ -1,4 +1,4 @@
-"""diagnostics/live.py on scripted histories: each rule, no flapping, and clearing."""
+"""gputop/diagnostics/live.py on scripted histories: each rule, no flapping, and clearing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from diagnostics.live import LiveDiagnosis, evaluate
+from gputop.diagnostics.live import LiveDiagnosis, evaluate
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
 
 GIB = 1024**3

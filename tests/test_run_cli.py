@@ -14,7 +14,7 @@ import textwrap
 import psutil
 import pytest
 
-from gputop import ipc
+from gputop.agent import client
 from tests.conftest import REPO, run_cli, wait_for
 from tests.scripts.agent_testkit import (
     gputop_run,
@@ -74,7 +74,7 @@ def test_ctrl_c_and_signals_reach_the_job(world):
     job = gputop_run([sys.executable, "-c", script], world)
     with running(job):
         assert job.stdout.readline().strip() == "ready"
-        wait_for(lambda: ipc.find_agent(job.pid), timeout=10)  # same pid: gputop exec'd
+        wait_for(lambda: client.find_agent(job.pid), timeout=10)  # same pid: gputop exec'd
         job.send_signal(signal.SIGINT)
         assert job.wait(10) == 42
         assert job.stdout.read().strip() == "interrupted"
@@ -124,10 +124,10 @@ def test_dataloader_workers_never_get_an_agent(world, start_method, workers):
         wait_for_steps(job.pid, steps=3)
         children = psutil.Process(job.pid).children(recursive=True)
         assert len(children) >= workers
-        agents = ipc.list_agents()
+        agents = client.list_agents()
         assert job.pid in agents
         assert not {c.pid for c in children} & set(agents)
-        status = ipc.agent_status(job.pid)
+        status = client.agent_status(job.pid)
         assert status["agent_errors"] == 0 and status["steps"] >= 3
         job.terminate()
         _, err = job.communicate(timeout=30)
@@ -158,13 +158,13 @@ def test_torchrun_ranks_each_get_an_agent_with_their_rank(world):
 
         def ranks() -> dict[int, dict]:
             found = {}
-            for pid in ipc.list_agents():
+            for pid in client.list_agents():
                 try:
-                    hello = ipc.request(pid, {"cmd": "hello"})
-                except ipc.AgentError:
+                    hello = client.request(pid, {"cmd": "hello"})
+                except client.AgentError:
                     continue
                 if hello.get("rank") is not None and hello.get("job_id") == "job-77":
-                    status = ipc.agent_status(pid) or {}
+                    status = client.agent_status(pid) or {}
                     if (status.get("steps") or 0) >= 2:
                         found[hello["rank"]] = hello
             return found if len(found) == 2 else {}
@@ -177,7 +177,7 @@ def test_torchrun_ranks_each_get_an_agent_with_their_rank(world):
         assert rank_pids <= {p.pid for p in psutil.Process(job.pid).children(recursive=True)}
         job.send_signal(signal.SIGTERM)
         job.communicate(timeout=60)
-    wait_for(lambda: not rank_pids & set(ipc.list_agents()), timeout=10)
+    wait_for(lambda: not rank_pids & set(client.list_agents()), timeout=10)
 
 
 def test_bad_command_lines_are_one_line_errors(world):

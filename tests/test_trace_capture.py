@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnostics.trace import analyze_trace, compare_ranks
+from gputop.diagnostics.trace import analyze_trace, compare_ranks
 from tests.conftest import cli_env, run_cli
 
 pytest.importorskip("torch")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from diagnostics.findings import (
+from gputop.diagnostics.findings import (
     CATALOGUE,
     SEVERITY_RANK,
     Finding,

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diagnostics.trace import analyze_trace
-from diagnostics.trace_metrics import ROLE_ORDER
-from diagnostics.trace_report import BAR_ROLES, breakdown_bar, format_report
-from diagnostics.trace_rules import kernel_base_name, short_kernel_name
+from gputop.diagnostics.trace import analyze_trace
+from gputop.diagnostics.trace_metrics import ROLE_ORDER
+from gputop.diagnostics.trace_report import BAR_ROLES, breakdown_bar, format_report
+from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 from tests.conftest import TRACES
 
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")

@@ -316,10 +316,7 @@ async def test_p_without_an_agent_says_how_to_add_one(sleeper):
 
 @run_async
 async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch):
-    ipc = pytest.importorskip("gputop.ipc")
-    agent = pytest.importorskip("gputop.agent")
-    if not hasattr(ipc, "list_agents") or not hasattr(agent, "install"):
-        pytest.skip("the agent is not built yet")
+    from gputop.agent import client
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     tmp_path.chmod(0o700)
     job = subprocess.Popen(
@@ -336,7 +333,7 @@ async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch):
         async with app.run_test(size=(120, 40)) as pilot:
             await started(pilot)
             for _ in range(100):
-                if job.pid in ipc.list_agents():
+                if job.pid in client.list_agents():
                     break
                 await pilot.pause(0.05)
             select(app, job.pid)
@@ -352,7 +349,7 @@ async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch):
 
 @run_async
 async def test_findings_panel_renders_and_marks_the_gpu():
-    from diagnostics.findings import Finding
+    from gputop.diagnostics.findings import Finding
 
     app = GputopApp(snapshots=TOUR)
     async with app.run_test(size=(160, 50)) as pilot:

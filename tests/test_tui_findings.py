@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from diagnostics.findings import Finding
-from diagnostics.trace import analyze_trace
+from gputop.diagnostics.findings import Finding
+from gputop.diagnostics.trace import analyze_trace
 from gputop.tui.app import GputopApp
 from gputop.tui.auto_capture import MIN_INTERVAL_S, AutoCapturePolicy
 from gputop.tui.rows import build_rows

@@ -12,9 +12,9 @@ from tests.conftest import REPO, cli_env
 
 PROBE = """
 import importlib, json, pkgutil, sys
-import gputop.collect, diagnostics
+import gputop.collect, gputop.diagnostics
 names = []
-for package in (gputop.collect, diagnostics):
+for package in (gputop.collect, gputop.diagnostics):
     names.append(package.__name__)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         names.append(info.name)
@@ -36,14 +36,14 @@ def test_collect_and_diagnostics_never_import_textual():
     result = probe()
     expected = {"gputop.collect.nvml", "gputop.collect.host", "gputop.collect.sampler"}
     assert expected <= set(result["imported"])
-    assert any(name.startswith("diagnostics.") for name in result["imported"])
+    assert any(name.startswith("gputop.diagnostics.") for name in result["imported"])
     assert result["textual"] == []
 
 
 def test_the_probe_would_see_textual():
     """The check above can fail: importing the TUI shows up in the same probe."""
-    code = PROBE.replace("import gputop.collect, diagnostics",
-                         "import gputop.collect, diagnostics, gputop.tui.app")
+    code = PROBE.replace("import gputop.collect, gputop.diagnostics",
+                         "import gputop.collect, gputop.diagnostics, gputop.tui.app")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=cli_env(), cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -51,10 +51,10 @@ def test_the_probe_would_see_textual():
 
 
 def test_walk_covers_every_module_file():
-    import diagnostics
     import gputop.collect
+    import gputop.diagnostics
 
-    for package in (gputop.collect, diagnostics):
+    for package in (gputop.collect, gputop.diagnostics):
         files = {p.stem for p in (REPO / package.__name__.replace(".", "/")).glob("*.py")
                  if p.stem != "__init__"}
         walked = {info.name for info in pkgutil.iter_modules(package.__path__)}

@@ -74,7 +74,7 @@ def test_input_starved_findings_120x40(snap_compare):
 
 
 def test_diagnosis_screen_120x40(snap_compare):
-    from diagnostics.trace import analyze_trace
+    from gputop.diagnostics.trace import analyze_trace
     from tests.conftest import TRACES
 
     analysis = analyze_trace(TRACES / "resnet50_nw0.pt.trace.json.gz")

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.capture import CaptureController
 from gputop.agent.info import hello
+from gputop.agent.profiling import CaptureController
 from gputop.agent.server import AgentServer
 from gputop.agent.telemetry import StepTelemetry
 from gputop.agent.torch_hooks import TorchHooks, after_import

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gputop.ipc import COMMANDS, MAX_MESSAGE, encode, peer_allowed, peer_uid, socket_dir
+from gputop.agent.protocol import COMMANDS, MAX_MESSAGE, encode, peer_allowed, peer_uid, socket_dir
 
 IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
 MAX_CONNECTIONS = 16  # at once; more get a `busy` reply
@@ -224,7 +224,7 @@ class AgentServer:
             drained += len(chunk)
 
     def _dispatch(self, line: bytes, client_gone: Callable[[], bool]) -> dict[str, Any]:
-        from gputop.ipc import decode
+        from gputop.agent.protocol import decode
 
         try:
             message = decode(line.rstrip(b"\r"))

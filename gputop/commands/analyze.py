@@ -52,7 +52,7 @@ def _report_width() -> int:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `gputop --help` and the other commands never pay for the analysis code.
-    from diagnostics.trace import (
+    from gputop.diagnostics.trace import (
         TraceError,
         analyze_trace,
         attach_findings,
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         for a in analyses:
             sys.stdout.write(encode(a.to_json()).decode() + "\n")
     else:
-        from diagnostics.trace_report import format_report
+        from gputop.diagnostics.trace_report import format_report
 
         width = _report_width()
         for i, a in enumerate(analyses):

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
+from gputop.agent.client import AgentConnection, AgentError, agent_status, check_reply
 from gputop.errors import UsageError
-from gputop.ipc import AgentConnection, AgentError, agent_status, check_reply
 
 # Extra time the client allows beyond the agent's own timeout: export and a slow last step.
 _REPLY_MARGIN_S = 30.0
@@ -166,8 +166,8 @@ def _capture(pid: int, message: dict[str, Any], show_progress: bool) -> dict[str
 def _analysis(trace: str, as_json: bool) -> tuple[str, int]:
     """The `gputop analyze` report of the trace, and the exit status."""
     try:
-        from diagnostics.trace import TraceError, analyze_trace
-        from diagnostics.trace_report import format_report
+        from gputop.diagnostics.trace import TraceError, analyze_trace
+        from gputop.diagnostics.trace_report import format_report
     except ImportError as exc:
         note = f"trace analysis is not available ({exc})"
         if as_json:

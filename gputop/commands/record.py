@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
-    from diagnostics.live import LiveDiagnosis
-    from gputop.recording import Recorder, RecordingError, recording_meta
+    from gputop.diagnostics.live import LiveDiagnosis
+    from gputop.recording.store import Recorder, RecordingError, recording_meta
     from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:

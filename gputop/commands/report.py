@@ -34,9 +34,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     # Imported here (pandas, pyarrow): every command module is loaded to build --help.
-    from gputop.recording import RecordingError, _atomic_write_bytes, read_recording
-    from gputop.report import compare, load_metrics, parse_regression, summarize
-    from gputop.report_text import format_html, format_report
+    from gputop.recording.render import format_html, format_report
+    from gputop.recording.store import RecordingError, _atomic_write_bytes, read_recording
+    from gputop.recording.summary import compare, load_metrics, parse_regression, summarize
 
     try:
         max_regression = parse_regression(args.max_regression)

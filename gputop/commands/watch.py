@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from gputop.errors import UsageError
 
 if TYPE_CHECKING:
-    from diagnostics.live import Transition
+    from gputop.diagnostics.live import Transition
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def format_transition(t: Transition) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
-    from diagnostics.live import LiveDiagnosis
+    from gputop.diagnostics.live import LiveDiagnosis
     from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:

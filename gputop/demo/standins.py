@@ -22,7 +22,7 @@ def standin_command(scenario: Scenario, index: int, parent: int) -> list[str]:
     DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's."""
     gpu = scenario.gpus[index]
     if scenario.name == "input-starved" and index == 0 and torch_available():
-        return [sys.executable, "-m", "gputop.demo_train", "--parent-pid", str(parent),
+        return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--num-workers", str(gpu.workers)]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
             "--workers", str(gpu.workers), "--parent", str(parent)]

@@ -38,7 +38,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import get_current_worker
 
-from diagnostics.live import finding_key
+from gputop.diagnostics.live import finding_key
 from gputop.model import Snapshot
 from gputop.tui.auto_capture import AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
@@ -555,10 +555,10 @@ class GputopApp(App[int]):
         """Off the event loop: listing agents reads a socket directory."""
         has_agent = False
         try:
-            from gputop import ipc
+            from gputop.agent import client
 
-            has_agent = pid in ipc.list_agents()
-        except Exception:  # no ipc module yet, or an unreadable directory: no agent
+            has_agent = pid in client.list_agents()
+        except Exception:  # an unreadable socket directory: no agent we can reach
             has_agent = False
         if has_agent:
             self.call_from_thread(self.action_capture, pid)
@@ -613,8 +613,7 @@ class GputopApp(App[int]):
     @work(thread=True, group="capture", exit_on_error=False)
     def _run_capture(self, pid: int) -> None:
         """Off the event loop: the agent records the steps, then the trace is analyzed here."""
-        from gputop.capture_client import progress_text, request_capture
-        from gputop.ipc import AgentError
+        from gputop.agent.client import AgentError, progress_text, request_capture
 
         worker = get_current_worker()
         shown = [""]
@@ -642,7 +641,7 @@ class GputopApp(App[int]):
         trace = reply["trace"]
         tell(self._capture_stage, pid, "analyzing the trace")
         try:
-            from diagnostics.trace import TraceError, analyze_trace
+            from gputop.diagnostics.trace import TraceError, analyze_trace
 
             analysis = analyze_trace(trace)
         except TraceError as exc:

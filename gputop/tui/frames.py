@@ -16,8 +16,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from diagnostics.findings import Finding
-from diagnostics.live import LiveDiagnosis
+from gputop.diagnostics.findings import Finding
+from gputop.diagnostics.live import LiveDiagnosis
 from gputop.history import History
 from gputop.model import Snapshot
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from diagnostics.findings import SEVERITY_RANK
+from gputop.diagnostics.findings import SEVERITY_RANK
 
 SEVERITY_MARK: Mapping[str, str] = {"critical": "‼", "warning": "⚠", "info": "ℹ"}
 

@@ -28,7 +28,7 @@ def private_runtime_dir() -> Path:
 
 @contextmanager
 def private_agent_world(captures: Path, **extra: str) -> Iterator[tuple[dict[str, str], Path]]:
-    """A private socket dir and capture dir, set for this process too (ipc reads them), and the
+    """A private socket dir and capture dir, set for this process too (the client reads them), and the
     job environment that uses them; both are restored and the socket dir removed afterwards."""
     runtime = private_runtime_dir()
     saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR")}
@@ -89,7 +89,7 @@ def running(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
 
 def wait_for_steps(pid: int, steps: int = 2, timeout: float = 60.0) -> dict:
     """Poll the agent's status until it has counted ``steps`` optimizer steps."""
-    from gputop.ipc import agent_status
+    from gputop.agent.client import agent_status
 
     def ready() -> dict | None:
         status = agent_status(pid, timeout=1.0)

@@ -13,9 +13,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from diagnostics.findings import CATALOGUE
-from diagnostics.trace import TraceAnalysis
-from diagnostics.trace_report import format_report
+from gputop.diagnostics.findings import CATALOGUE
+from gputop.diagnostics.trace import TraceAnalysis
+from gputop.diagnostics.trace_report import format_report
 from gputop.tui.widgets.text_line import TextLine
 
 PERFETTO = "https://ui.perfetto.dev"

@@ -14,7 +14,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from diagnostics.live import finding_key
+from gputop.diagnostics.live import finding_key
 from gputop.tui.severity import SEVERITY_MARK
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "bold cyan"}

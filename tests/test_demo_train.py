@@ -1,4 +1,4 @@
-"""`python -m gputop.demo_train`: the demo's real training process, and how it ends."""
+"""`python -m gputop.demo.train`: the demo's real training process, and how it ends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import textwrap
 import psutil
 import pytest
 
-from gputop import ipc
+from gputop.agent import client
 from tests.conftest import REPO, wait_for
 from tests.scripts.agent_testkit import agent_env, private_runtime_dir, wait_for_steps
 
@@ -41,7 +41,7 @@ def test_demo_train_is_input_starved_and_dies_with_its_parent(env):
             textwrap.dedent(
                 """
             import subprocess, sys, time
-            child = subprocess.Popen([sys.executable, "-m", "gputop.demo_train",
+            child = subprocess.Popen([sys.executable, "-m", "gputop.demo.train",
                                       "--transform-passes", "8"])
             print(child.pid, flush=True)
             time.sleep(120)
@@ -57,7 +57,7 @@ def test_demo_train_is_input_starved_and_dies_with_its_parent(env):
     try:
         status = wait_for_steps(child, steps=4)
         assert status["dataloader_wait_share"] > 0.5
-        assert os.path.basename(ipc.request(child, {"cmd": "hello"})["argv"][0]) == "demo_train.py"
+        assert os.path.basename(client.request(child, {"cmd": "hello"})["argv"][0]) == "train.py"
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
         wait_for(lambda: gone(child), timeout=10)

@@ -29,7 +29,7 @@ from statistics import fmean
 
 import numpy as np
 
-from diagnostics.findings import Finding, order_findings
+from gputop.diagnostics.findings import Finding, order_findings
 from gputop.model import GpuSample, ProcSample, Snapshot
 
 WINDOW_S = 10.0  # most rules look at the last 10 s

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gputop.recording import Recording, RecordingError, read_recording
+from gputop.recording.store import Recording, RecordingError, read_recording
 
 THROTTLE_EVENTS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gputop.agent.protocol import default_capture_dir
 from gputop.agent.telemetry import StepTelemetry
-from gputop.ipc import default_capture_dir
 
 MAX_STEPS = 1000
 MAX_WARMUP = 100

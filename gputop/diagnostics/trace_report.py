@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import textwrap
 
-from diagnostics.findings import CATALOGUE
-from diagnostics.trace import TraceAnalysis
-from diagnostics.trace_rules import kernel_base_name, short_kernel_name
+from gputop.diagnostics.findings import CATALOGUE
+from gputop.diagnostics.trace import TraceAnalysis
+from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 
 # Step-time roles in the bar: (metric key(s), letter, label). Letters, not colours, so the bar
 # survives copy-paste; the legend below it spells them out.

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from diagnostics.findings import Finding, healthy_reason, order_findings, verdict
-from diagnostics.trace_load import TraceError, load_trace
-from diagnostics.trace_metrics import TraceMetrics, compute_metrics
-from diagnostics.trace_rules import healthy_summary, rank_imbalance, run_rules
+from gputop.diagnostics.findings import Finding, healthy_reason, order_findings, verdict
+from gputop.diagnostics.trace_load import TraceError, load_trace
+from gputop.diagnostics.trace_metrics import TraceMetrics, compute_metrics
+from gputop.diagnostics.trace_rules import healthy_summary, rank_imbalance, run_rules
 
 __all__ = ["TraceAnalysis", "TraceError", "analyze_trace", "attach_findings", "compare_ranks"]
 

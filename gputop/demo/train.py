@@ -1,6 +1,6 @@
 """A real, small CPU training loop starved by its input pipeline, with the gputop agent.
 
-``python -m gputop.demo_train`` is the process on simulated GPU 0 of ``gputop --demo
+``python -m gputop.demo.train`` is the process on simulated GPU 0 of ``gputop --demo
 input-starved`` (when torch is installed), so a capture in the demo records real steps: the
 DataLoader has ``num_workers=0`` and a heavy per-sample transform, the model is tiny, and most of
 every step is spent waiting for the next batch. It runs until killed, and also ends when its
@@ -43,7 +43,7 @@ def end_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gputop.demo_train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gputop.demo.train", description=__doc__)
     parser.add_argument(
         "--parent-pid",
         type=int,

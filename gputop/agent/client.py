@@ -1,154 +1,41 @@
-"""The agent's wire format, socket discovery and client, shared by both sides.
+"""The monitor's side of the agent's socket: find agents, talk to them, ask for captures.
 
-One Unix stream socket per agent process, named ``<pid>.sock`` in a private per-user directory.
-Messages are JSON objects, one per line (UTF-8, ``\\n``-terminated), at most ``MAX_MESSAGE``
-bytes. Every request carries ``"cmd"``; every reply carries ``"ok"``, and error replies carry
-``"error"`` (a short code) and ``"message"`` (one line). Never pickle: a peer is only trusted to
-send JSON.
-
-This module is imported inside training processes: stdlib only, never torch or textual.
+Used by `gputop` (the live monitor's `p`, `gputop capture`, the sampler's telemetry probe), never
+inside a training process; the training process's side is ``gputop.agent.server``, and what both
+sides share (wire format, limits, peer checks, socket directories) is ``gputop.agent.protocol``.
+Everything here blocks: run it in a thread, never on an event loop.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
 import socket
 import stat
-import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = 1
-MAX_MESSAGE = 64 * 1024
-COMMANDS = ("hello", "status", "capture", "cancel")
+# Re-exported: callers of the client need the protocol's error and constants too.
+from gputop.agent.protocol import (  # noqa: F401
+    _SOCKET_NAME,
+    COMMANDS,
+    MAX_MESSAGE,
+    PROTOCOL_VERSION,
+    AgentError,
+    _base_dirs,
+    check_socket_dir,
+    decode,
+    default_capture_dir,
+    encode,
+    peer_credentials,
+    socket_dir,
+    socket_path,
+)
 
-_SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})\.sock$")
-_PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
-
-
-class AgentError(Exception):
-    """A request to an agent failed; ``str()`` is one line for the user, ``code`` a short id.
-
-    Codes: ``no-agent``, ``refused``, ``timeout``, ``exited`` (the process went away while we
-    waited), ``protocol`` (a reply we could not read), or the ``error`` code of an error reply
-    (``busy``, ``no-steps``, ``bad-request``, ``capture-dir``, ...).
-    """
-
-    def __init__(self, message: str, code: str = "error") -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# --- wire format ---------------------------------------------------------------------------
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    """One message as a line of JSON; raises ValueError when it is over the size cap."""
-    data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    if len(data) > MAX_MESSAGE:
-        raise ValueError(f"message of {len(data)} bytes is over the {MAX_MESSAGE} byte cap")
-    return data
-
-
-def decode(line: bytes) -> dict[str, Any]:
-    """Parse one line; raises ValueError (with a one-line reason) unless it is a JSON object."""
-    if len(line) > MAX_MESSAGE:
-        raise ValueError(f"message over the {MAX_MESSAGE} byte cap")
-    try:
-        value = json.loads(line.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError("message is not UTF-8") from None
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"message is not JSON ({type(exc).__name__})") from None
-    if not isinstance(value, dict):
-        raise ValueError("message is not a JSON object")
-    return value
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
-    pid, uid, _gid = _PEERCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    )
-    return pid, uid
-
-
-def peer_uid(sock: socket.socket) -> int:
-    return peer_credentials(sock)[1]
-
-
-def peer_allowed(uid: int) -> bool:
-    """Only our own user, or root, may talk to an agent (and be trusted as one)."""
-    return uid == os.geteuid() or uid == 0
-
-
-# --- where sockets live --------------------------------------------------------------------
-
-
-def _private_dir(path: Path, uid: int) -> bool:
-    """True when ``path`` is a real directory (not a symlink) owned by ``uid``, mode go-rwx."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and st.st_mode & 0o077 == 0
-
-
-def _base_dirs(uid: int) -> list[Path]:
-    """Candidate socket directories for ``uid``, preferred first (they may not exist)."""
-    dirs = []
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and uid == os.geteuid() and _private_dir(Path(xdg), uid):
-        dirs.append(Path(xdg) / "gputop")
-    dirs.append(Path("/tmp") / f"gputop-{uid}")
-    return dirs
-
-
-def check_socket_dir(path: Path, uid: int | None = None) -> None:
-    """Refuse a socket directory that is a symlink, not a directory, or someone else's."""
-    uid = os.geteuid() if uid is None else uid
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise AgentError(f"refusing socket directory {path}: it is a symlink", "socket-dir")
-    if not stat.S_ISDIR(st.st_mode):
-        raise AgentError(f"refusing socket directory {path}: not a directory", "socket-dir")
-    if st.st_uid != uid:
-        raise AgentError(
-            f"refusing socket directory {path}: owned by uid {st.st_uid}, not {uid}", "socket-dir"
-        )
-
-
-def socket_dir(create: bool = False) -> Path:
-    """This user's agent socket directory.
-
-    ``$XDG_RUNTIME_DIR/gputop`` when XDG_RUNTIME_DIR exists, is ours and is private, else
-    ``/tmp/gputop-<uid>``. With ``create``, make it (mode 0700) and tighten a loose mode. Raises
-    AgentError for a symlink or a directory owned by someone else (a squatter in /tmp).
-    """
-    uid = os.geteuid()
-    path = _base_dirs(uid)[0]
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise AgentError(f"cannot create {path}: {exc.strerror}", "socket-dir") from None
-    try:
-        check_socket_dir(path, uid)
-    except FileNotFoundError:
-        return path  # nothing there yet: nothing to refuse
-    if create and os.lstat(path).st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
-
-
-def socket_path(pid: int, directory: Path | None = None) -> Path:
-    return (directory or socket_dir()) / f"{pid}.sock"
+# --- finding agents --------------------------------------------------------------------------
 
 
 def _search_dirs() -> list[tuple[Path, int]]:
@@ -403,15 +290,66 @@ def agent_status(pid: int, timeout: float = 0.5) -> dict[str, Any] | None:
     except (AgentError, OSError, ValueError):
         return None
 
+# --- captures --------------------------------------------------------------------------------
 
-# --- where traces go -----------------------------------------------------------------------
+# Extra time allowed beyond the agent's own timeout: the trace export and a slow last step.
+REPLY_MARGIN_S = 30.0
+POLL_S = 0.25  # how often progress and should_stop are looked at while waiting
+
+Progress = Callable[[dict[str, Any]], None]
 
 
-def default_capture_dir() -> Path:
-    """``$GPUTOP_CAPTURE_DIR``, else ``$XDG_STATE_HOME/gputop/captures`` (~/.local/state/...)."""
-    explicit = os.environ.get("GPUTOP_CAPTURE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
-    return base / "gputop" / "captures"
+def capture_message(steps: int, timeout: float, out: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"cmd": "capture", "steps": steps, "timeout": timeout}
+    out = out or os.environ.get("GPUTOP_CAPTURE_DIR")
+    if out:
+        message["out"] = os.path.abspath(os.path.expanduser(out))
+    return message
+
+
+def progress_text(capture: dict[str, Any]) -> str:
+    """The agent's ``status["capture"]`` in a few words: "recording step 2/3"."""
+    state = capture.get("state") or "starting"
+    if state in ("warmup", "recording") and capture.get("mode") == "steps":
+        return f"{state} step {capture.get('steps_done', 0)}/{capture.get('steps_total')}"
+    if state == "waiting":
+        return "waiting for the next optimizer step"
+    return str(state)
+
+
+def request_capture(
+    pid: int,
+    steps: int = 3,
+    timeout: float = 60.0,
+    *,
+    out: str | None = None,
+    on_progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Record ``steps`` optimizer steps of ``pid``; returns the agent's reply (with "trace").
+
+    ``on_progress`` gets the agent's ``status["capture"]`` dict about every POLL_S seconds;
+    when ``should_stop()`` turns true the request is abandoned (the agent cancels it).
+    Every failure raises ``AgentError`` with a one-line message.
+    """
+    deadline = time.monotonic() + timeout + REPLY_MARGIN_S
+    with AgentConnection(pid, timeout=5.0) as conn:
+        conn.send(capture_message(steps, timeout, out))
+        while not conn.wait_readable(POLL_S):
+            if should_stop is not None and should_stop():
+                raise AgentError(f"capture of pid {pid} abandoned", "cancelled")
+            if time.monotonic() > deadline:
+                raise AgentError(f"agent of pid {pid} did not answer in time", "timeout")
+            if on_progress is not None:
+                status = agent_status(pid, timeout=POLL_S)
+                if status is not None and isinstance(status.get("capture"), dict):
+                    on_progress(status["capture"])
+        try:
+            reply = check_reply(conn.receive(max(0.1, deadline - time.monotonic())), pid)
+        except AgentError as exc:
+            if exc.code == "exited":
+                raise AgentError(f"process {pid} exited during the capture", "exited") from None
+            raise
+    if not isinstance(reply.get("trace"), str) or not reply["trace"]:
+        raise AgentError(f"agent of pid {pid} replied without a trace path", "protocol")
+    return reply

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
-from diagnostics.trace_intervals import (
+from gputop.diagnostics.trace_intervals import (
     RangeIndex,
     Ranges,
     gaps,
@@ -37,7 +37,7 @@ from diagnostics.trace_intervals import (
     subtract,
     total,
 )
-from diagnostics.trace_load import Event, TraceData
+from gputop.diagnostics.trace_load import Event, TraceData
 
 # HTA's default ``consecutive_kernel_delay``: gaps shorter than this are the GPU's own
 # back-to-back launch latency, not the host's fault.

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from gputop.format import bytes_h, num
-from gputop.recording import Recording
-from gputop.textchart import bin_means, sparkline
+from gputop.recording.store import Recording
+from gputop.recording.textchart import bin_means, sparkline
 
 # (column, label, y max) for the charts; None: the GPU's own total / limit.
 CHARTS = (("util_gpu", "utilization (0-100 %)", 100.0),

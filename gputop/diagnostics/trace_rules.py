@@ -13,9 +13,9 @@ import re
 import statistics
 from collections.abc import Callable
 
-from diagnostics.findings import Finding, order_findings
-from diagnostics.trace_intervals import RangeIndex, intersect, merge, subtract, total
-from diagnostics.trace_metrics import TraceMetrics
+from gputop.diagnostics.findings import Finding, order_findings
+from gputop.diagnostics.trace_intervals import RangeIndex, intersect, merge, subtract, total
+from gputop.diagnostics.trace_metrics import TraceMetrics
 
 # Share of the step time a finding costs -> severity.
 # 5%: TensorBoard's profiler plugin recommends acting on the DataLoader from 5% of the step time;

@@ -1,0 +1,162 @@
+"""Both sides of the agent's socket: the wire format, limits, peer checks and where sockets live.
+
+One Unix stream socket per agent process, named ``<pid>.sock`` in a private per-user directory.
+Messages are JSON objects, one per line (UTF-8, ``\\n``-terminated), at most ``MAX_MESSAGE``
+bytes. Every request carries ``"cmd"``; every reply carries ``"ok"``, and error replies carry
+``"error"`` (a short code) and ``"message"`` (one line). Never pickle: a peer is only trusted to
+send JSON.
+
+This module is imported inside training processes: stdlib only, never torch or textual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE = 64 * 1024
+COMMANDS = ("hello", "status", "capture", "cancel")
+
+_SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})\.sock$")
+_PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
+
+
+class AgentError(Exception):
+    """A request to an agent failed; ``str()`` is one line for the user, ``code`` a short id.
+
+    Codes: ``no-agent``, ``refused``, ``timeout``, ``exited`` (the process went away while we
+    waited), ``protocol`` (a reply we could not read), or the ``error`` code of an error reply
+    (``busy``, ``no-steps``, ``bad-request``, ``capture-dir``, ...).
+    """
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# --- wire format ---------------------------------------------------------------------------
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as a line of JSON; raises ValueError when it is over the size cap."""
+    data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    if len(data) > MAX_MESSAGE:
+        raise ValueError(f"message of {len(data)} bytes is over the {MAX_MESSAGE} byte cap")
+    return data
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """Parse one line; raises ValueError (with a one-line reason) unless it is a JSON object."""
+    if len(line) > MAX_MESSAGE:
+        raise ValueError(f"message over the {MAX_MESSAGE} byte cap")
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("message is not UTF-8") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"message is not JSON ({type(exc).__name__})") from None
+    if not isinstance(value, dict):
+        raise ValueError("message is not a JSON object")
+    return value
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    pid, uid, _gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid
+
+
+def peer_uid(sock: socket.socket) -> int:
+    return peer_credentials(sock)[1]
+
+
+def peer_allowed(uid: int) -> bool:
+    """Only our own user, or root, may talk to an agent (and be trusted as one)."""
+    return uid == os.geteuid() or uid == 0
+
+
+# --- where sockets live --------------------------------------------------------------------
+
+
+def _private_dir(path: Path, uid: int) -> bool:
+    """True when ``path`` is a real directory (not a symlink) owned by ``uid``, mode go-rwx."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and st.st_mode & 0o077 == 0
+
+
+def _base_dirs(uid: int) -> list[Path]:
+    """Candidate socket directories for ``uid``, preferred first (they may not exist)."""
+    dirs = []
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and uid == os.geteuid() and _private_dir(Path(xdg), uid):
+        dirs.append(Path(xdg) / "gputop")
+    dirs.append(Path("/tmp") / f"gputop-{uid}")
+    return dirs
+
+
+def check_socket_dir(path: Path, uid: int | None = None) -> None:
+    """Refuse a socket directory that is a symlink, not a directory, or someone else's."""
+    uid = os.geteuid() if uid is None else uid
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise AgentError(f"refusing socket directory {path}: it is a symlink", "socket-dir")
+    if not stat.S_ISDIR(st.st_mode):
+        raise AgentError(f"refusing socket directory {path}: not a directory", "socket-dir")
+    if st.st_uid != uid:
+        raise AgentError(
+            f"refusing socket directory {path}: owned by uid {st.st_uid}, not {uid}", "socket-dir"
+        )
+
+
+def socket_dir(create: bool = False) -> Path:
+    """This user's agent socket directory.
+
+    ``$XDG_RUNTIME_DIR/gputop`` when XDG_RUNTIME_DIR exists, is ours and is private, else
+    ``/tmp/gputop-<uid>``. With ``create``, make it (mode 0700) and tighten a loose mode. Raises
+    AgentError for a symlink or a directory owned by someone else (a squatter in /tmp).
+    """
+    uid = os.geteuid()
+    path = _base_dirs(uid)[0]
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise AgentError(f"cannot create {path}: {exc.strerror}", "socket-dir") from None
+    try:
+        check_socket_dir(path, uid)
+    except FileNotFoundError:
+        return path  # nothing there yet: nothing to refuse
+    if create and os.lstat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def socket_path(pid: int, directory: Path | None = None) -> Path:
+    return (directory or socket_dir()) / f"{pid}.sock"
+
+
+# --- where traces go -----------------------------------------------------------------------
+
+
+def default_capture_dir() -> Path:
+    """``$GPUTOP_CAPTURE_DIR``, else ``$XDG_STATE_HOME/gputop/captures`` (~/.local/state/...)."""
+    explicit = os.environ.get("GPUTOP_CAPTURE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "gputop" / "captures"
