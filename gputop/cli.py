@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from gputop import __version__
@@ -86,6 +87,29 @@ def _validate_globals(args: argparse.Namespace) -> None:
         raise UsageError("--interval must be between 0.05 and 3600 seconds")
 
 
+def _check_gpus_exist(args: argparse.Namespace) -> None:
+    """`--gpus 99` on a node with 8 GPUs is a typo to report, not an empty screen."""
+    if not args.gpus or args.demo == "list":
+        return
+    if args.demo is not None:
+        from gputop.collect.scenarios import SCENARIOS
+
+        count: int | None = len(SCENARIOS[args.demo].gpus)
+        why = None if count else "this scenario has no GPU"
+    else:
+        from gputop.collect.nvml import device_count
+
+        count, why = device_count()
+    if not count:
+        raise UsageError(f"--gpus: no GPU to select: {why}; without --gpus gputop shows the "
+                         "host and the training processes")
+    missing = sorted({i for i in args.gpus if i >= count})
+    if missing:
+        have = f"GPUs 0-{count - 1}" if count > 1 else ("GPU 0" if count == 1 else "no GPU")
+        raise UsageError(f"--gpus: no GPU {', '.join(map(str, missing))} here; "
+                         f"this machine has {have}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -101,13 +125,22 @@ def main(argv: list[str] | None = None) -> int:
             # Parse again so `gputop` alone gets the `top` command's defaults.
             args = parser.parse_args([*(argv if argv is not None else sys.argv[1:]), "top"])
             _validate_globals(args)
+        _check_gpus_exist(args)
         module = importlib.import_module(f"gputop.commands.{name}")
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that left (`| head`) is seen here
+        return code
     except UsageError as exc:
         print(f"gputop: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # `gputop snapshot | head`: the reader went away; that is not an error of ours.
+        # `gputop snapshot | head`: the reader went away; that is not an error of ours. Point
+        # stdout at /dev/null so the interpreter's own flush at exit does not complain.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 0

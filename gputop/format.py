@@ -42,5 +42,20 @@ def mbs_h(mbs: float | None) -> str:
     return f"{mbs / 1000:.1f}G" if mbs >= 1000 else f"{mbs:.0f}M"
 
 
+def safe_text(text: object) -> str:
+    """Text from outside (a command line, an agent's message) made safe to print: control
+    characters, escapes and bidi overrides become visible ``\\x..`` / ``\\u....`` codes."""
+    out = []
+    for ch in str(text):
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        elif 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069 or code in (0x200E, 0x200F):
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"

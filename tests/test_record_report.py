@@ -44,7 +44,7 @@ def test_demo_recording_report_json_and_html(tmp_path):
     assert gpus[2]["energy_kwh"] > 0 and gpus[0]["util_p95"] >= gpus[0]["util_p5"]
     # The same numbers as the text report.
     assert f"{gpus[2]['util_mean']:.0f}/" in text
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "run.parquet.metrics.json").read_text())
     assert metrics["mean_gpu_utilization"] == data["metrics"]["mean_gpu_utilization"]
     assert metrics["environment"]["gpu_models"] and metrics["environment"]["gputop_version"]
 
@@ -54,9 +54,11 @@ def test_killed_recorder_leaves_a_readable_recording(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gputop", "--demo", "healthy", "record", "-o",
                              str(out), "--flush-every", "1"], env=cli_env(), cwd=REPO,
                             stderr=subprocess.PIPE)
-    wait_for(lambda: len(list(out.glob("part-*.parquet"))) >= 4, timeout=30, interval=0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        wait_for(lambda: len(list(out.glob("part-*.parquet"))) >= 4, timeout=120, interval=0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # its demo stand-ins end with it (PDEATHSIG)
+        proc.wait()
     frame = pd.read_parquet(out)
     assert frame["time"].max() - frame["time"].min() >= 3
     assert not list(out.glob("*.tmp"))  # nothing visible is half-written
@@ -78,9 +80,12 @@ def test_recording_errors_are_one_line(tmp_path):
 
 def record_training(tmp_path: Path, name: str, slowdown: float) -> Path:
     """Record (real host, no GPU) a real training job started with `gputop run`."""
+    # One intra-op thread: two torch threads on a busy 2-core machine wait for each other for
+    # whole scheduler slices, which is what doubled the p95 step time of identical runs.
     job = subprocess.Popen([sys.executable, "-m", "gputop", "run", "--", sys.executable, TRAIN,
                             "--seconds", "40", "--step-ms", "100", "--slowdown", str(slowdown)],
-                           env=cli_env(), cwd=REPO, stdout=subprocess.PIPE, text=True)
+                           env=cli_env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.PIPE,
+                           text=True)
     try:
         assert job.stdout.readline().strip() == "training"
         time.sleep(2)  # past the first steps
@@ -89,28 +94,31 @@ def record_training(tmp_path: Path, name: str, slowdown: float) -> Path:
         assert rec.returncode == 0, rec.stderr
         return out
     finally:
-        job.send_signal(signal.SIGINT)
-        job.wait(20)
+        job.kill()  # `gputop run` execs the job: this pid is the training process itself
+        job.wait(60)
 
 
 @pytest.mark.timeout(240)
 def test_baseline_gate_on_real_training_runs(tmp_path):
     base = record_training(tmp_path, "base", 0.0)
     same = record_training(tmp_path, "same", 0.0)
-    slow = record_training(tmp_path, "slow", 0.3)
+    slow = record_training(tmp_path, "slow", 1.0)
     summary = json.loads(run_cli("report", str(base), "--json").stdout)
     trainer = [p for p in summary["processes"] if p["throughput_steps_per_s"]]
     assert trainer and trainer[0]["gpu"] is None  # a CPU job, found through its agent
     assert trainer[0]["step_time_p50_s"] > 0.09
 
-    ok = run_cli("report", str(same), "--baseline", str(base))
+    # The limit leaves room for a loaded machine's jitter in the p95 of identical runs; the slow
+    # run's steps take twice as long, far past it.
+    ok = run_cli("report", str(same), "--baseline", str(base), "--max-regression", "25%")
     assert ok.returncode == 0, ok.stderr
     assert "no regression" in ok.stderr
-    regressed = run_cli("report", str(slow), "--baseline", str(base), "--max-regression", "5%")
+    regressed = run_cli("report", str(slow), "--baseline", str(base), "--max-regression", "25%")
     assert regressed.returncode == 1, regressed.stderr
     reason = regressed.stderr.strip().splitlines()
     assert len(reason) == 1 and "throughput" in reason[0] and "regression" in reason[0]
     # A metrics.json works as the baseline too.
     run_cli("report", str(base), "--metrics", str(tmp_path / "base-metrics.json"))
-    again = run_cli("report", str(slow), "--baseline", str(tmp_path / "base-metrics.json"))
+    again = run_cli("report", str(slow), "--baseline", str(tmp_path / "base-metrics.json"),
+                    "--max-regression", "25%")
     assert again.returncode == 1

@@ -160,7 +160,7 @@ class AgentConnection:
         if path is None:
             found = _locate(pid)
             if found is None:
-                raise AgentError(_no_agent_message(pid), "no-agent")
+                raise AgentError(no_agent_hint(pid), "no-agent")
             path, owner = found
         self.path = path
         self._buffer = b""
@@ -173,10 +173,10 @@ class AgentConnection:
             # Nobody listens: the process died (or its pid was reused) and left the file. An
             # agent only gives its socket the final name once it listens, so this is stale.
             _unlink_quietly(path)
-            raise AgentError(_no_agent_message(pid), "no-agent") from None
+            raise AgentError(no_agent_hint(pid), "no-agent") from None
         except FileNotFoundError:
             self.sock.close()
-            raise AgentError(_no_agent_message(pid), "no-agent") from None
+            raise AgentError(no_agent_hint(pid), "no-agent") from None
         except TimeoutError:
             self.sock.close()
             raise AgentError(
@@ -268,13 +268,43 @@ def check_reply(reply: dict[str, Any], pid: int) -> dict[str, Any]:
     raise AgentError(f"agent of pid {pid}: {message}", str(reply.get("error") or "error"))
 
 
-def _no_agent_message(pid: int) -> str:
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(8192)
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def no_agent_hint(pid: int) -> str:
+    """Why ``pid`` has no agent we can reach, and the fix that fits where the user is."""
     if not _pid_alive(pid):
         return f"no process with pid {pid}"
-    return (
-        f"process {pid} has no gputop agent (start the job with `gputop run -- CMD`, "
-        "or call gputop.agent.install() in it)"
-    )
+    argv = _cmdline(pid)
+    if "gputop.demo.standin" in argv:
+        import importlib.util
+
+        where = ("GPU 0 of `gputop --demo input-starved` runs a real torch training job that "
+                 "`p` captures")
+        if importlib.util.find_spec("torch") is None:
+            return (f"pid {pid} is a stand-in of the simulated demo, not a training job; {where} "
+                    "once torch is installed: `pip install torch` (the CPU build is enough), "
+                    "then restart the demo")
+        return f"pid {pid} is a stand-in of the simulated demo, not a training job; {where}"
+    owner = _owner(pid)
+    if owner is not None and owner != os.geteuid() and os.geteuid() != 0:
+        return (f"pid {pid} belongs to uid {owner}: only that user or root can reach its gputop "
+                "agent")
+    return (f"pid {pid} has no gputop agent: start the job with `gputop run -- python train.py` "
+            "(or call gputop.agent.install() in it)")
 
 
 def request(pid: int, message: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:

@@ -88,6 +88,23 @@ def describe_init_error(exc: BaseException) -> str:
     return f"NVIDIA driver not usable: {exc}"
 
 
+def device_count() -> tuple[int | None, str | None]:
+    """(how many GPUs the driver reports, None) or (None, why not): a short init."""
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, OSError) as exc:
+        return None, describe_init_error(exc)
+    try:
+        return int(pynvml.nvmlDeviceGetCount()), None
+    except pynvml.NVMLError as exc:
+        return None, f"NVIDIA driver did not count its GPUs: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
 class NvmlCollector:
     """Samples every GPU NVML reports (or those in ``only``) on each ``sample()`` call."""
 

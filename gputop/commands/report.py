@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="summarize a recording; compare it with a baseline",
         description="Per GPU: utilization mean/p5/p50/p95, peak memory, mean power, energy, time "
         "throttled and why; per training process: steps/s, p50/p95 step time, DataLoader wait; "
-        "the findings as a timeline; charts. Writes metrics.json next to the recording. With "
+        "the findings as a timeline; charts. The throughput and step times are the training job's "
+        "that drives the GPUs (named, by pid and command). Writes PATH.metrics.json next to the "
+        "recording. With "
         "--baseline, exits 1 when throughput fell or p95 step time rose by more than "
         "--max-regression.",
     )
@@ -26,7 +28,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
     p.add_argument("--metrics", metavar="FILE",
-                   help="where to write metrics.json (default: metrics.json beside PATH)")
+                   help="where to write the metrics (default: PATH.metrics.json beside PATH)")
     p.add_argument("--baseline", metavar="OTHER", help="a recording or metrics.json to compare with")
     p.add_argument("--max-regression", default="5%", metavar="PCT",
                    help="allowed throughput drop / p95 step time rise (default 5%%)")
@@ -35,8 +37,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     # Imported here (pandas, pyarrow): every command module is loaded to build --help.
     from gputop.recording.render import format_html, format_report
-    from gputop.recording.store import RecordingError, _atomic_write_bytes, read_recording
-    from gputop.recording.summary import compare, load_metrics, parse_regression, summarize
+    from gputop.recording.store import RecordingError, atomic_write_bytes, read_recording
+    from gputop.recording.summary import (
+        compare,
+        default_metrics_path,
+        load_metrics,
+        parse_regression,
+        summarize,
+    )
 
     try:
         max_regression = parse_regression(args.max_regression)
@@ -46,23 +54,38 @@ def run(args: argparse.Namespace) -> int:
     try:
         rec = read_recording(path)
         summary = summarize(rec)
-        # Beside the recording, not in it: pandas.read_parquet(PATH) must see only Parquet.
-        metrics_path = Path(args.metrics) if args.metrics else path.parent / "metrics.json"
-        _atomic_write_bytes(metrics_path, json.dumps(summary["metrics"], indent=1).encode())
-        if args.html:
-            _atomic_write_bytes(Path(args.html), format_html(summary, rec).encode())
-        if args.json:
-            print(json.dumps(summary, default=str))
-        else:
-            print(format_report(summary, rec, width=min(100, os.get_terminal_size(2).columns - 14)
-                                if sys.stderr.isatty() else 72))
-        if args.baseline:
-            regressed, reason = compare(summary["metrics"], load_metrics(Path(args.baseline)),
-                                        max_regression)
-            print(f"gputop: {reason}", file=sys.stderr)
-            return 1 if regressed else 0
+        baseline = load_metrics(Path(args.baseline)) if args.baseline else None
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"cannot write: {exc}", exit_code=1) from None
-    return 0
+    # The report first: a folder we cannot write to must not cost the user the report.
+    if args.json:
+        print(json.dumps(summary, default=str))
+    else:
+        print(format_report(summary, rec, width=min(100, os.get_terminal_size(2).columns - 14)
+                            if sys.stderr.isatty() else 72))
+    sys.stdout.flush()
+    status = 0
+    # Beside the recording and named after it, not in it: pandas.read_parquet(PATH) must see
+    # only Parquet, and two recordings in one folder keep their own metrics.
+    metrics_path = Path(args.metrics) if args.metrics else default_metrics_path(path)
+    for target, data in ((metrics_path, json.dumps(summary["metrics"], indent=1)),
+                         (Path(args.html) if args.html else None,
+                          format_html(summary, rec) if args.html else None)):
+        if target is None:
+            continue
+        try:
+            atomic_write_bytes(target, data.encode())
+        except OSError as exc:
+            hint = "" if args.metrics or target != metrics_path else "; choose another with --metrics FILE"
+            print(f"gputop: cannot write {target}: {exc.strerror or exc}{hint}", file=sys.stderr)
+            # Only a file the user asked for by name is a failure; the default one is a bonus.
+            if target != metrics_path or args.metrics:
+                status = 1
+    if baseline is not None:
+        try:
+            regressed, reason = compare(summary["metrics"], baseline, max_regression)
+        except RecordingError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"gputop: {reason}", file=sys.stderr)
+        return 1 if regressed else status
+    return status

@@ -48,6 +48,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scaled(value: object, factor: float) -> float | None:
+    return float(value) * factor if isinstance(value, (int, float)) else None
+
+
+def agent_line(a: dict) -> str:
+    """The agent's telemetry in one line; n/a until the first steps are timed (never 0)."""
+    if not a.get("steps"):
+        return "no optimizer step yet (steps/s, step time and DataLoader wait: n/a)"
+    return (f"{num(_scaled(a.get('steps_per_s'), 1), 2)} steps/s, step p50 "
+            f"{num(_scaled(a.get('step_time_p50_s'), 1000), 0, ' ms')}, DataLoader wait "
+            f"{pct(_scaled(a.get('dataloader_wait_share'), 100))}")
+
+
 def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
     gpu_col = "-" if gpu is None else str(gpu)
     cmd = proc.cmdline or proc.name
@@ -60,12 +73,7 @@ def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
     )
     lines = [line + truncate(cmd, max(10, width - len(line)))]
     if proc.agent:
-        a = proc.agent
-        lines.append(
-            f"{'':>13}agent: {num(a.get('steps_per_s'), 2)} steps/s, step p50 "
-            f"{num((a.get('step_time_p50_s') or 0) * 1000, 0)} ms, DataLoader wait "
-            f"{pct((a.get('dataloader_wait_share') or 0) * 100)}"
-        )
+        lines.append(f"{'':>13}agent: {agent_line(proc.agent)}")
     for i, w in enumerate(proc.workers):
         branch = "└─" if i == len(proc.workers) - 1 else "├─"
         lines.append(

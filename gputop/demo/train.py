@@ -20,22 +20,34 @@ import time
 PR_SET_PDEATHSIG = 1
 
 
-def end_with_parent(parent_pid: int) -> None:
-    """Get SIGTERM when the parent dies; also watch the parent pid (PDEATHSIG follows the
-    parent *thread*, and misses a parent that died before we asked)."""
+# After SIGTERM (or the parent's death) the loop stops at the next step; if it has not ended
+# by then (blocked in the DataLoader, or in interpreter shutdown) it is ended without cleanup.
+STOP_GRACE_S = 5.0
+
+
+def end_with_parent(parent_pid: int, stop: threading.Event) -> None:
+    """Stop when the parent dies or on SIGTERM, and leave for sure within STOP_GRACE_S.
+
+    The signal handler only sets ``stop``: raising SystemExit from a handler can land while
+    the main thread holds a multiprocessing queue's lock, and the queue's finalizer then waits
+    on that lock for ever at exit (seen: a trainer left behind by its dead parent). PDEATHSIG
+    follows the parent *thread*, and misses a parent that died before we asked, so the parent
+    pid is watched too."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         except (OSError, AttributeError):
             pass
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def watch() -> None:
-        while True:
+        while not stop.is_set():
             if os.getppid() != parent_pid:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            time.sleep(0.5)
+                stop.set()
+            stop.wait(0.5)
+        time.sleep(STOP_GRACE_S)  # a daemon thread: a clean exit before this ends it
+        os._exit(0)
 
     if os.getppid() != parent_pid:
         sys.exit(0)
@@ -67,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
     args = parser.parse_args(argv)
 
-    # A clean exit on SIGTERM: atexit handlers run and the agent removes its socket.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    end_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid())
+    # A clean exit on SIGTERM, at a step boundary: atexit handlers run and the agent removes
+    # its socket.
+    stop = threading.Event()
+    end_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid(), stop)
 
     import gputop.agent
 
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 loss.backward()
                 optimizer.step()
                 step += 1
-                if args.steps and step >= args.steps:
+                if stop.is_set() or (args.steps and step >= args.steps):
                     return 0
     except KeyboardInterrupt:
         return 130

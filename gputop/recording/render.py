@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gputop.format import bytes_h, num
+from gputop.format import bytes_h, num, safe_text, truncate
 from gputop.recording.store import Recording
 from gputop.recording.textchart import bin_means, sparkline
 
@@ -101,11 +101,51 @@ def format_report(summary: dict[str, Any], rec: Recording, width: int = 72) -> s
         out.append(f"{title}, {_clock(summary['start'])} .. {_clock(summary['end'])}")
         for label, line in rows:
             out.append(f"  {label:>9} │{line}│")
-    metrics = summary["metrics"]
     out.append("")
-    out.append("metrics: " + ", ".join(
-        f"{k}={v}" for k, v in metrics.items() if k != "environment" and v is not None))
+    out.extend(job_lines(summary))
+    out.append("metrics: " + format_metrics(summary["metrics"]))
     return "\n".join(out)
+
+
+def _where(job: dict[str, Any]) -> str:
+    gpus = job.get("gpus") or []
+    if not gpus:
+        return "no GPU"
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + ",".join(str(g) for g in gpus)
+
+
+def job_lines(summary: dict[str, Any]) -> list[str]:
+    """Which training job the figures are from, and the others, by pid and command."""
+    jobs = summary.get("jobs") or []
+    if not jobs:
+        return ["training job: none reported steps (start it with `gputop run -- CMD` so its "
+                "agent reports throughput and step times)"]
+    lines = []
+    for i, job in enumerate(jobs):
+        label = "training job" if i == 0 else "other job"
+        figures = (f"{num(job['throughput_steps_per_s'], 2)} steps/s"
+                   + (f", DataLoader wait {job['dataloader_wait_share'] * 100:.0f}%"
+                      if job.get("dataloader_wait_share") is not None else ""))
+        lines.append(f"{label}: pid {job['pid']} on {_where(job)}: {figures}: "
+                     f"{truncate(safe_text(job['command']), 80)}")
+    return lines
+
+
+def format_metrics(m: dict[str, Any]) -> str:
+    """metrics.json in words and units (the file keeps the raw numbers)."""
+    ms = lambda v: f"{v * 1000:.1f} ms"  # noqa: E731
+    parts = [
+        ("throughput", m.get("throughput_steps_per_s"), lambda v: f"{v:.3g} steps/s"),
+        ("step p50", m.get("step_time_p50_s"), ms),
+        ("step p95", m.get("step_time_p95_s"), ms),
+        ("DataLoader wait", m.get("dataloader_wait_share"), lambda v: f"{v * 100:.0f}%"),
+        ("mean GPU util", m.get("mean_gpu_utilization"), lambda v: f"{v:.1f}%"),
+        ("peak GPU memory", m.get("peak_gpu_memory_bytes"), bytes_h),
+        ("energy", m.get("energy_j"), lambda v: f"{v / 1000:.1f} kJ"),
+        ("energy per step", m.get("energy_per_step_j"), lambda v: f"{v:.1f} J"),
+        ("duration", m.get("duration_s"), lambda v: f"{v:.0f} s"),
+    ]
+    return ", ".join(f"{name} {fmt(v)}" for name, v, fmt in parts if v is not None) or "none"
 
 
 def _svg_chart(title: str, series: list[tuple[str, np.ndarray, np.ndarray]], start: float,

@@ -37,6 +37,7 @@ _SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "
 GPU_COLUMNS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w",
                "energy_j", "pcie_tx_mbs", "pcie_rx_mbs", "temperature_c", "sm_clock_mhz",
                "sm_clock_max_mhz", "sm_active", "tensor_active", "ecc_volatile")
+COMMAND_CHARS = 300  # a command line is kept this long: enough to name a job, bounded per row
 AGENT_COLUMNS = ("steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
                  "dataloader_wait_share")
 
@@ -45,13 +46,21 @@ class RecordingError(Exception):
     """A recording that cannot be written or read: one line for the user."""
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write through a hidden temporary file and rename: the file is whole or absent."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 def _atomic_write_table(path: Path, table: pa.Table) -> None:
@@ -88,7 +97,8 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
         seen.add((gpu, p.pid))
         agent = p.agent or {}
         row: dict[str, Any] = {
-            "time": snap.time, "pid": p.pid, "gpu": gpu, "name": p.name, "visible": p.visible,
+            "time": snap.time, "pid": p.pid, "gpu": gpu, "name": p.name,
+            "command": (p.cmdline or p.name)[:COMMAND_CHARS], "visible": p.visible,
             "cpu_percent": p.cpu_percent, "workers": len(p.workers),
             "workers_cpu_percent": sum(w.cpu_percent or 0.0 for w in p.workers),
             "rss": None if p.rss is None else float(p.rss),
@@ -126,7 +136,7 @@ class Recorder:
                 raise RecordingError(f"{self.path} already exists; choose a new path or remove it")
             for table in TABLES:
                 (self.path / _SUBDIR[table]).mkdir(parents=True, exist_ok=True)
-            _atomic_write_bytes(self.path / "_meta.json", json.dumps(meta, indent=1).encode())
+            atomic_write_bytes(self.path / "_meta.json", json.dumps(meta, indent=1).encode())
         except OSError as exc:
             raise RecordingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 

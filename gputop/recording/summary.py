@@ -79,6 +79,7 @@ def gpu_summary(g: pd.DataFrame) -> dict[str, Any]:
 
 
 def process_summary(p: pd.DataFrame) -> dict[str, Any]:
+    """One process over the run (its rows on every GPU it used)."""
     p = p.sort_values("time")
     steps = p["steps"].dropna() if "steps" in p else pd.Series(dtype=float)
     throughput = None
@@ -89,10 +90,16 @@ def process_summary(p: pd.DataFrame) -> dict[str, Any]:
             # Exact over the run: steps done / time, not a mean of windowed rates.
             throughput = float(steps.iloc[-1] - steps.iloc[0]) / span
     last = p.iloc[-1]
+    gpus = sorted(int(g) for g in p["gpu"].dropna().unique())
+    command = last["command"] if "command" in p and isinstance(last["command"], str) else None
+    gpu_mem = p["gpu_mem"].dropna() if "gpu_mem" in p else pd.Series(dtype=float)
     return {
         "pid": int(last["pid"]),
         "name": last["name"],
-        "gpu": None if pd.isna(last["gpu"]) else int(last["gpu"]),
+        "command": command or last["name"],
+        "gpu": gpus[0] if gpus else None,
+        "gpus": gpus,
+        "gpu_mem_peak": _f(gpu_mem.max(), 0) if len(gpu_mem) else None,
         "samples": len(p),
         "cpu_mean": _f(p["cpu_percent"].mean(), 1),
         "workers": int(last["workers"]),
@@ -128,15 +135,39 @@ def summarize(rec: Recording) -> dict[str, Any]:
         "gpus": gpus,
         "processes": procs,
         "findings": findings,
+        "jobs": [_job(p, figures=True) for p in training_jobs(procs)],
         "metrics": benchmark_metrics(rec.meta, gpus, procs, _f(times.max() - times.min(), 1)),
     }
 
 
-def benchmark_metrics(meta: dict, gpus: list[dict], procs: list[dict], duration: float | None) -> dict:
-    """The canonical summary for benchmarks and CI gates (``metrics.json``)."""
+def training_jobs(procs: list[dict]) -> list[dict]:
+    """The processes whose agent reported steps, the one that drives the GPUs first.
+
+    A job on a GPU comes before one that runs on the CPU only (a test or a preprocessing job
+    with an agent on the same host must not stand for the GPU job); then the job on more GPUs,
+    with more GPU memory, with more steps. The ranks of one job step together, so one rank's
+    rate is the job's rate."""
     trainers = [p for p in procs if p["throughput_steps_per_s"] is not None]
-    # The job's rate is one rank's rate (ranks step together); take the busiest process.
-    main = max(trainers, key=lambda p: p["steps"] or 0) if trainers else None
+    return sorted(trainers, key=lambda p: (not p["gpus"], -len(p["gpus"]),
+                                           -(p["gpu_mem_peak"] or 0), -(p["steps"] or 0), p["pid"]))
+
+
+JOB_FIGURES = ("throughput_steps_per_s", "step_time_p50_s", "step_time_p95_s",
+               "dataloader_wait_share")
+
+
+def _job(p: dict, figures: bool = False) -> dict[str, Any]:
+    job = {"pid": p["pid"], "command": p["command"], "gpus": p["gpus"]}
+    if figures:
+        job.update({k: p[k] for k in JOB_FIGURES})
+    return job
+
+
+def benchmark_metrics(meta: dict, gpus: list[dict], procs: list[dict], duration: float | None) -> dict:
+    """The canonical summary for benchmarks and CI gates (``metrics.json``): the figures of the
+    main training job (named in ``job``) and of the GPUs."""
+    jobs = training_jobs(procs)
+    main = jobs[0] if jobs else None
     energy = [g["energy_j"] for g in gpus if g["energy_j"] is not None]
     total_energy = sum(energy) if energy else None
     steps = None
@@ -145,6 +176,7 @@ def benchmark_metrics(meta: dict, gpus: list[dict], procs: list[dict], duration:
     utils = [g["util_mean"] for g in gpus if g["util_mean"] is not None]
     peaks = [g["mem_peak"] for g in gpus if g["mem_peak"] is not None]
     return {
+        "job": _job(main) if main else None,
         "throughput_steps_per_s": main["throughput_steps_per_s"] if main else None,
         "step_time_p50_s": main["step_time_p50_s"] if main else None,
         "step_time_p95_s": main["step_time_p95_s"] if main else None,
@@ -163,6 +195,13 @@ def benchmark_metrics(meta: dict, gpus: list[dict], procs: list[dict], duration:
             "simulated": meta.get("simulated"),
         },
     }
+
+
+def default_metrics_path(recording: Path) -> Path:
+    """``run.parquet`` -> ``run.parquet.metrics.json`` beside it: one file per recording, so
+    two recordings in one folder keep their own."""
+    recording = recording.resolve()
+    return recording.parent / f"{recording.name}.metrics.json"
 
 
 def load_metrics(path: Path) -> dict[str, Any]:

@@ -58,10 +58,6 @@ from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.process_view import ProcessScreen
 from gputop.tui.widgets.text_line import TextLine
 
-NO_AGENT_HINT = (
-    "pid {pid} has no gputop agent: start the job with `gputop run -- python train.py` "
-    "(or call gputop.agent.install() in it)"
-)
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
 CAPTURE_STEPS = 3
 # Findings that stay up but whose numbers change are redrawn every FINDINGS_PERIOD seconds of
@@ -553,18 +549,17 @@ class GputopApp(App[int]):
     @work(thread=True, group="actions", exit_on_error=False)
     def _look_up_agent(self, pid: int) -> None:
         """Off the event loop: listing agents reads a socket directory."""
-        has_agent = False
-        try:
-            from gputop.agent import client
+        from gputop.agent import client
 
+        try:
             has_agent = pid in client.list_agents()
         except Exception:  # an unreadable socket directory: no agent we can reach
             has_agent = False
         if has_agent:
             self.call_from_thread(self.action_capture, pid)
         else:
-            self.call_from_thread(self.notify, NO_AGENT_HINT.format(pid=pid),
-                                  severity="warning", timeout=8)
+            self.call_from_thread(self.notify, client.no_agent_hint(pid), severity="warning",
+                                  timeout=8)
 
     def action_capture(self, pid: int) -> None:
         """`p` on a process whose agent listens: capture, then show the diagnosis."""
