@@ -104,7 +104,8 @@ def format_report(summary: dict[str, Any], rec: Recording, width: int = 72) -> s
     out.append("")
     out.extend(job_lines(summary))
     out.append("metrics: " + format_metrics(summary["metrics"]))
-    return "\n".join(out)
+    # Names, hosts and evidence were read from files: no line may carry a terminal escape.
+    return "\n".join(safe_text(line) for line in "\n".join(out).split("\n"))
 
 
 def _where(job: dict[str, Any]) -> str:
@@ -127,7 +128,7 @@ def job_lines(summary: dict[str, Any]) -> list[str]:
                    + (f", DataLoader wait {job['dataloader_wait_share'] * 100:.0f}%"
                       if job.get("dataloader_wait_share") is not None else ""))
         lines.append(f"{label}: pid {job['pid']} on {_where(job)}: {figures}: "
-                     f"{truncate(safe_text(job['command']), 80)}")
+                     f"{truncate(str(job['command']), 80)}")
     return lines
 
 

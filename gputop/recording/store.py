@@ -183,7 +183,8 @@ def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
 
 @dataclass
 class Recording:
-    """A recording read back: one DataFrame per table, and the meta."""
+    """A recording read back: one DataFrame per table, the meta, and the parts that could not be
+    read (a recorder killed mid-write on a filesystem without atomic rename, a damaged disk)."""
 
     path: Path
     meta: dict[str, Any]
@@ -191,23 +192,66 @@ class Recording:
     processes: pd.DataFrame
     host: pd.DataFrame
     findings: pd.DataFrame
+    bad_parts: list[str] = field(default_factory=list)
 
 
-def _read_table(directory: Path) -> pd.DataFrame:
-    parts = sorted(p for p in directory.glob("part-*.parquet"))
-    if not parts:
+# Columns a part must have to be summarized (every part this version writes has them).
+REQUIRED = {
+    "gpus": {"time", "gpu", "name", "lost", "clock_events", *GPU_COLUMNS},
+    "processes": {"time", "pid", "gpu", "name", "cpu_percent", "workers", *AGENT_COLUMNS},
+    "host": {"time"},
+    "findings": {"time"},
+}
+
+
+def _read_table(directory: Path, root: Path, bad: list[str], table: str) -> pd.DataFrame:
+    """Every readable part of one table; the unreadable ones are named in ``bad``."""
+    frames = []
+    for part in sorted(directory.glob("part-*.parquet")):
+        try:
+            if not part.is_file():
+                raise OSError("not a regular file")
+            frame = pq.read_table(part).to_pandas()
+        except pa.ArrowException:
+            bad.append(f"{part.relative_to(root)} (not a complete Parquet file)")
+            continue
+        except (OSError, ValueError) as exc:
+            bad.append(f"{part.relative_to(root)} ({getattr(exc, 'strerror', None) or exc})")
+            continue
+        missing = REQUIRED[table] - set(frame.columns)
+        if missing:
+            bad.append(f"{part.relative_to(root)} (no column {', '.join(sorted(missing))})")
+            continue
+        frames.append(frame)
+    if not frames:
         return pd.DataFrame()
-    return pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True)
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / "_meta.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordingError(f"cannot read {path / '_meta.json'}: {exc}") from None
+    if not isinstance(meta, dict):
+        raise RecordingError(f"{path / '_meta.json'} is not a gputop recording's meta "
+                             "(a JSON object)")
+    gpus = meta.get("gpus")
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        meta["gpus"] = []  # only used to name GPU models: an odd value is dropped, not fatal
+    return meta
 
 
 def read_recording(path: Path) -> Recording:
     if not path.is_dir() or not (path / "_meta.json").exists():
         raise RecordingError(f"{path} is not a gputop recording (no {path / '_meta.json'})")
+    meta = read_meta(path)
+    bad: list[str] = []
     try:
-        meta = json.loads((path / "_meta.json").read_text())
-        tables = {t: _read_table(path / _SUBDIR[t]) for t in TABLES}
-    except (OSError, ValueError, pa.ArrowException) as exc:
+        tables = {t: _read_table(path / _SUBDIR[t], path, bad, t) for t in TABLES}
+    except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc}") from None
     if tables["gpus"].empty and tables["host"].empty:
-        raise RecordingError(f"{path} holds no samples yet (nothing was flushed)")
-    return Recording(path, meta, **tables)
+        why = f"; unreadable: {', '.join(bad)}" if bad else " (nothing was flushed)"
+        raise RecordingError(f"{path} holds no readable samples{why}")
+    return Recording(path, meta, **tables, bad_parts=bad)

@@ -190,7 +190,7 @@ def benchmark_metrics(meta: dict, gpus: list[dict], procs: list[dict], duration:
             "host": meta.get("host"),
             "driver_version": meta.get("driver_version"),
             "cuda_version": meta.get("cuda_version"),
-            "gpu_models": sorted({g.get("name") for g in meta.get("gpus", []) if g.get("name")}),
+            "gpu_models": sorted({str(g["name"]) for g in meta.get("gpus", []) if g.get("name")}),
             "gputop_version": meta.get("gputop_version"),
             "simulated": meta.get("simulated"),
         },
