@@ -12,6 +12,8 @@ import sys
 
 import msgspec
 
+from gputop.errors import UsageError
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -38,6 +40,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         action="store_true",
         help="one JSON object per trace, one per line (JSON Lines)",
     )
+    p.add_argument("--max-trace-mb", type=float, default=200, metavar="MB",
+                   help="refuse a trace larger than this once decompressed (default 200 MB: "
+                   "a bound on memory for a broken or hostile file)")
+    p.add_argument("--max-events", type=int, default=1_000_000, metavar="N",
+                   help="refuse a trace with more events than this (default 1000000)")
+    p.add_argument("--allow-special-files", action="store_true",
+                   help="also read a FIFO or device, e.g. <(zcat trace.json.gz); refused by "
+                   "default, since reading one may never end")
 
 
 def _one_line(text: str) -> str:
@@ -59,12 +69,17 @@ def run(args: argparse.Namespace) -> int:
         compare_ranks,
         straggler_of,
     )
+    from gputop.diagnostics.trace_load import LoadLimits
 
+    if not 0 < args.max_trace_mb <= 1e6 or args.max_events <= 0:
+        raise UsageError("--max-trace-mb and --max-events must be positive")
+    limits = LoadLimits(max_bytes=int(args.max_trace_mb * 1e6), max_events=args.max_events,
+                        allow_special=args.allow_special_files)
     analyses = []
     failed = False
     for path in args.traces:
         try:
-            analyses.append(analyze_trace(path))
+            analyses.append(analyze_trace(path, limits))
         except TraceError as exc:
             failed = True
             print(f"gputop: error: {_one_line(exc)}", file=sys.stderr)
@@ -96,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
         for i, a in enumerate(analyses):
             if i:
                 sys.stdout.write("\n" + "=" * width + "\n\n")
-            sys.stdout.write(format_report(a, width=width))
+            try:
+                text = format_report(a, width=width)
+            except Exception as exc:  # numbers the report did not foresee: one line
+                failed = True
+                print(f"gputop: error: {a.file}: cannot format the report ({type(exc).__name__}: "
+                      f"{_one_line(exc)}); `--json` has the figures", file=sys.stderr)
+                continue
+            sys.stdout.write(text)
     sys.stdout.flush()
     return 2 if failed else 0

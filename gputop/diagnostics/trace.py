@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gputop.diagnostics.findings import Finding, healthy_reason, order_findings, verdict
-from gputop.diagnostics.trace_load import TraceError, load_trace
+from gputop.diagnostics.trace_load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
 from gputop.diagnostics.trace_metrics import TraceMetrics, compute_metrics
 from gputop.diagnostics.trace_rules import healthy_summary, rank_imbalance, run_rules
 
@@ -60,14 +60,26 @@ def _gc_paused():
             gc.enable()
 
 
-def analyze_trace(path: str | os.PathLike) -> TraceAnalysis:
-    """Load and diagnose one trace. Raises ``TraceError`` (one-line message) for bad input."""
-    with _gc_paused():
-        data = load_trace(path)
-        tm = compute_metrics(data)
-        del data  # events are no longer needed; the metrics keep what the rules read
-        findings = run_rules(tm)
-    return _analysis(os.fspath(path), tm, findings)
+def analyze_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> TraceAnalysis:
+    """Load and diagnose one trace. Every failure, bad input or a shape the rules did not
+    foresee, is raised as ``TraceError`` with a one-line message: a trace is untrusted input."""
+    try:
+        with _gc_paused():
+            data = load_trace(path, limits)
+            tm = compute_metrics(data)
+            del data  # events are no longer needed; the metrics keep what the rules read
+            findings = run_rules(tm)
+        return _analysis(os.fspath(path), tm, findings)
+    except TraceError:
+        raise
+    except MemoryError:
+        raise TraceError(f"{os.fspath(path)}: not enough memory to analyse it") from None
+    except RecursionError:
+        raise TraceError(f"{os.fspath(path)}: nested too deeply to analyse") from None
+    except Exception as exc:  # a shape nobody foresaw: one line, never a traceback
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise TraceError(f"{os.fspath(path)}: cannot analyse ({text}); please report this "
+                         "trace") from None
 
 
 def _analysis(path: str, tm: TraceMetrics, findings: list[Finding]) -> TraceAnalysis:

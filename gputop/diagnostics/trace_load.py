@@ -17,9 +17,10 @@ filed by kind. Schema variants handled here so the metrics never see them:
 
 from __future__ import annotations
 
-import gzip
+import math
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass, field
 
@@ -28,6 +29,24 @@ import msgspec
 
 class TraceError(Exception):
     """The file cannot be analysed; the message is one line, meant for the user."""
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """Bounds on what one trace may cost, so a hostile or broken file (a gzip bomb, /dev/zero,
+    a FIFO) fails in one line instead of taking the machine's memory or hanging.
+
+    The defaults hold every real trace we have seen with room to spare (the largest, an 8-GPU
+    vLLM/diffusion capture, is 61 MB of JSON and ~130 000 events) while a refused file costs
+    at most ~250 MB of memory; `gputop analyze --max-trace-mb/--max-events` raise them."""
+
+    max_bytes: int = 200_000_000  # JSON after decompression
+    max_events: int = 1_000_000
+    allow_special: bool = False  # read a FIFO or device (e.g. <(zcat trace.gz)) when asked
+
+
+DEFAULT_LIMITS = LoadLimits()
+_CHUNK = 1 << 20
 
 
 class EventArgs(msgspec.Struct, gc=False):
@@ -129,12 +148,57 @@ class TraceData:
     memory: list[Event] = field(default_factory=list)  # "[memory]" instant events
     profiler_span: tuple[float, float] | None = None  # the "PyTorch Profiler (0)" span
     n_events: int = 0
+    dropped_events: int = 0  # negative or non-finite times: skipped
 
 
-def _read_bytes(path: str) -> bytes:
+def _too_large(path: str, limits: LoadLimits) -> TraceError:
+    return TraceError(f"{path}: larger than {limits.max_bytes / 1e6:g} MB of JSON; if it is a "
+                      f"real trace, raise the limit with --max-trace-mb")
+
+
+def _gunzip(path: str, fh, first: bytes, limits: LoadLimits) -> bytes:
+    """Decompress every gzip member of ``fh`` (``first`` already read), stopping as soon as
+    the output passes ``limits.max_bytes``: a bomb costs the limit, not its expansion."""
+    out: list[bytes] = []
+    total = 0
+    pending = first
+    decomp = zlib.decompressobj(wbits=31)
+    while True:
+        chunk = pending or fh.read(_CHUNK)
+        pending = b""
+        if not chunk:
+            break
+        while chunk:
+            # Small pieces: zlib grows one output buffer by doubling, so a single call allowed
+            # the whole limit would briefly hold twice it.
+            try:
+                piece = decomp.decompress(chunk, min(_CHUNK * 16, limits.max_bytes + 1 - total))
+            except zlib.error:
+                raise TraceError(f"{path}: truncated or corrupt gzip data") from None
+            total += len(piece)
+            out.append(piece)
+            if total > limits.max_bytes:
+                raise _too_large(path, limits)
+            chunk = decomp.unconsumed_tail
+        if decomp.eof:  # the next member, if any (gzip allows several in one file)
+            pending = decomp.unused_data
+            decomp = zlib.decompressobj(wbits=31)
+            if not pending:
+                pending = fh.read(_CHUNK)
+                if not pending:
+                    return b"".join(out)
+            if pending[:2] != b"\x1f\x8b":
+                return b"".join(out)  # trailing garbage after the last member: ignored
+    # The file ended inside a member.
+    raise TraceError(f"{path}: truncated or corrupt gzip data")
+
+
+def _read_bytes(path: str, limits: LoadLimits = DEFAULT_LIMITS) -> bytes:
+    """The trace's JSON bytes, bounded. Opened without blocking (a FIFO would wait for a writer
+    for ever) and checked on the descriptor, so what is checked is what is read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -143,12 +207,29 @@ def _read_bytes(path: str) -> bytes:
         raise TraceError(f"{path}: permission denied") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error):
-            raise TraceError(f"{path}: truncated or corrupt gzip data") from None
-    return raw
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(f"{path}: is a directory, not a trace file")
+        if not stat.S_ISREG(mode):
+            if not limits.allow_special:
+                raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); "
+                                 "pass --allow-special-files to read one")
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1  # the file object owns it now
+            first = fh.read(min(_CHUNK, limits.max_bytes + 1))
+            if first[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+                return _gunzip(path, fh, first, limits)
+            raw = first + fh.read(max(0, limits.max_bytes + 1 - len(first)))
+            if len(raw) > limits.max_bytes:
+                raise _too_large(path, limits)
+            return raw
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def _decode(path: str, raw: bytes) -> TraceFile | list[Event]:
@@ -215,10 +296,22 @@ def _devices(trace: TraceFile) -> list[Device]:
     return devices
 
 
-def load_trace(path: str | os.PathLike) -> TraceData:
+def load_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> TraceData:
     """Read and file the events of one trace. Raises ``TraceError`` with a one-line message."""
     path = os.fspath(path)
-    doc = _decode(path, _read_bytes(path))
+    raw = _read_bytes(path, limits)
+    # An upper bound on the events (every event has a "ph"), counted before decoding: the
+    # decoded events cost ~10x their JSON, so the bound is checked before that is spent.
+    if raw.count(b'"ph"') > limits.max_events:
+        raise TraceError(f"{path}: more than {limits.max_events} events; if it is a real "
+                         "trace, raise the limit with --max-events")
+    try:
+        doc = _decode(path, raw)
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply to be a trace") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not UTF-8 text, not a trace") from None
+    del raw
     if isinstance(doc, list):
         events, data = doc, TraceData(path=path)
     else:
@@ -251,8 +344,13 @@ def _file_events(data: TraceData, events: list[Event]) -> None:
     cpu_op = targets["cpu"]  # the same bound method object, so `is` below matches it
     route: dict[str, object] = {}
     step, memory = data.steps.append, data.memory.append
+    inf = math.inf
+    dropped = 0
     for ev in events:
         ph = ev.ph
+        if not (-inf < ev.ts < inf and 0.0 <= ev.dur < inf):
+            dropped += 1  # a negative or non-finite time: a broken writer; never measured
+            continue
         if ph == "X":
             cat = ev.cat
             target = route.get(cat)
@@ -270,3 +368,4 @@ def _file_events(data: TraceData, events: list[Event]) -> None:
         elif ph == "i" or ph == "I":
             if ev.name == "[memory]":
                 memory(ev)
+    data.dropped_events = dropped

@@ -1110,6 +1110,9 @@ def _memory(data: TraceData) -> dict:
 
 def _assessment(m: TraceMetrics, data: TraceData, has_dataloader: bool) -> None:
     a, na = m.assessed, m.not_assessed
+    if data.dropped_events:
+        na.append(f"{data.dropped_events} event(s) with a negative or non-finite time: skipped "
+                  "(the file is damaged or its writer is broken)")
     if m.step_source == "ProfilerStep":
         a.append(f"{len(m.steps)} profiler step(s) and where their time went")
     elif m.step_source == "Optimizer.step":

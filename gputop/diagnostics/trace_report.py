@@ -10,6 +10,7 @@ import textwrap
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
+from gputop.format import safe_text
 
 # Step-time roles in the bar: (metric key(s), letter, label). Letters, not colours, so the bar
 # survives copy-paste; the legend below it spells them out.
@@ -178,4 +179,5 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     lines += _wrap("Assessed: " + "; ".join(a.assessed), width, "", "  ")
     if a.not_assessed:
         lines += _wrap("Not assessed: " + "; ".join(a.not_assessed), width, "", "  ")
-    return "\n".join(lines) + "\n"
+    # Op, kernel and device names come from the file: no line may carry a terminal escape.
+    return "\n".join(safe_text(line) for line in lines) + "\n"
