@@ -193,6 +193,7 @@ class AgentConnection:
             peer_pid, uid = peer_credentials(self.sock)
         except OSError:
             peer_pid, uid = -1, -1
+        self.peer_uid = uid
         if peer_pid != pid or uid not in (owner, 0):
             self.sock.close()
             raise AgentError(
@@ -380,6 +381,28 @@ def request_capture(
             if exc.code == "exited":
                 raise AgentError(f"process {pid} exited during the capture", "exited") from None
             raise
-    if not isinstance(reply.get("trace"), str) or not reply["trace"]:
-        raise AgentError(f"agent of pid {pid} replied without a trace path", "protocol")
-    return reply
+    return checked_trace_reply(reply, pid, conn.peer_uid)
+
+
+MAX_TRACE_PATH = 4096
+
+
+def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int) -> dict[str, Any]:
+    """The agent's capture reply with its trace path checked, and ``agent_uid`` set from the
+    socket's credentials (never from what the agent says): an agent is untrusted input."""
+    trace = reply.get("trace")
+    if (not isinstance(trace, str) or not trace or len(trace) > MAX_TRACE_PATH
+            or "\0" in trace or not os.path.isabs(trace)):
+        raise AgentError(f"agent of pid {pid} replied without a usable trace path", "protocol")
+    return {**reply, "agent_uid": peer_uid}
+
+
+def trace_limits(reply: dict[str, Any]):
+    """How to read the trace an agent named: as another user's file (root capturing a user's
+    job), it must be a regular file owned by the agent's user, not reached through a link."""
+    from gputop.diagnostics.trace_load import LoadLimits
+
+    uid = reply.get("agent_uid")
+    if isinstance(uid, int) and uid != os.geteuid():
+        return LoadLimits(owner_uid=uid, follow_links=False)
+    return LoadLimits()

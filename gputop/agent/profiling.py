@@ -11,6 +11,7 @@ torch is only imported here lazily, and only when the program has imported it al
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -138,6 +139,11 @@ def write_trace(profiler: Any, directory: Path) -> Path:
     import tempfile
     import zlib
 
+    if _free_bytes(directory) < MIN_FREE_BYTES:
+        # Kineto writes straight to the file; on a full disk it fails half way, reports the
+        # file as missing and can keep its handle: do not start an export that cannot finish.
+        raise OSError(errno.ENOSPC, f"no space left on device ({_free_bytes(directory)} bytes "
+                                    "free)")
     tmpdir = tempfile.mkdtemp(prefix=".gputop-export-", dir=directory)  # mode 0700
     try:
         raw = os.path.join(tmpdir, "trace.json")
@@ -163,8 +169,27 @@ def write_trace(profiler: Any, directory: Path) -> Path:
         return final
     except zlib.error as exc:
         raise OSError(5, f"compression failed: {exc}") from None
+    except OSError as exc:
+        # Measured before the partial files go: a failure on a full disk says so, whatever
+        # the writer reported (Kineto's missing file reads "No such file or directory").
+        if exc.errno != errno.ENOSPC and _free_bytes(directory) < MIN_FREE_BYTES:
+            raise OSError(errno.ENOSPC, "no space left on device") from None
+        raise
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+# Below this much free space an export is refused or its failure called a full disk: a trace
+# of even a few steps is megabytes of JSON.
+MIN_FREE_BYTES = 1 << 20
+
+
+def _free_bytes(directory: Path) -> int:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return MIN_FREE_BYTES  # unknown: let the write itself say what is wrong
+    return st.f_bavail * st.f_frsize
 
 
 def profile_all_threads_supported() -> bool:

@@ -14,8 +14,16 @@ import threading
 import time
 from typing import Any
 
-from gputop.agent.client import AgentConnection, AgentError, agent_status, check_reply
+from gputop.agent.client import (
+    AgentConnection,
+    AgentError,
+    agent_status,
+    check_reply,
+    checked_trace_reply,
+    trace_limits,
+)
 from gputop.errors import UsageError
+from gputop.format import safe_text
 
 # Extra time the client allows beyond the agent's own timeout: export and a slow last step.
 _REPLY_MARGIN_S = 30.0
@@ -156,14 +164,15 @@ def _capture(pid: int, message: dict[str, Any], show_progress: bool) -> dict[str
     try:
         with AgentConnection(pid, timeout=5.0) as conn, _Progress(pid, show_progress):
             conn.send(message)
-            return check_reply(conn.receive(wait), pid)
+            return checked_trace_reply(check_reply(conn.receive(wait), pid), pid,
+                                       conn.peer_uid)
     except AgentError as exc:
         if exc.code == "exited":
             raise UsageError(f"process {pid} exited during the capture", exit_code=1) from None
-        raise UsageError(str(exc), exit_code=1) from None
+        raise UsageError(safe_text(exc), exit_code=1) from None
 
 
-def _analysis(trace: str, as_json: bool) -> tuple[str, int]:
+def _analysis(trace: str, as_json: bool, limits: Any = None) -> tuple[str, int]:
     """The `gputop analyze` report of the trace, and the exit status."""
     try:
         from gputop.diagnostics.trace import TraceError, analyze_trace
@@ -174,17 +183,19 @@ def _analysis(trace: str, as_json: bool) -> tuple[str, int]:
             return json.dumps({"trace": trace, "error": note}), 1
         return f"trace: {trace}\n{note}", 1
     try:
-        result = analyze_trace(trace)
+        result = analyze_trace(trace, limits) if limits is not None else analyze_trace(trace)
     except TraceError as exc:
         if as_json:
             return json.dumps({"trace": trace, "error": str(exc)}), 1
-        return f"trace: {trace}\ngputop: error: cannot analyze the trace: {exc}", 1
+        return (f"trace: {safe_text(trace)}\ngputop: error: cannot analyze the trace: "
+                f"{safe_text(exc)}"), 1
     if as_json:
         data = result.to_json()
         if isinstance(data, str):
             data = json.loads(data)
         data["trace"] = trace
         return json.dumps(data), 0
+    trace = safe_text(trace)  # the agent chose it: no terminal escapes
     directory = os.path.dirname(trace)
     footer = (
         f"\ntrace: {trace}\n"
@@ -197,7 +208,6 @@ def run(args: argparse.Namespace) -> int:
     pid = _validate(args)
     message = _request(args)
     reply = _capture(pid, message, show_progress=True)
-    trace = str(reply.get("trace"))
-    text, status = _analysis(trace, args.json)
+    text, status = _analysis(reply["trace"], args.json, trace_limits(reply))
     print(text)
     return status

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gputop.format import bytes_h, mbs_h, num, pct, truncate
+from gputop.format import bytes_h, mbs_h, num, pct, safe_text, truncate
 
 if TYPE_CHECKING:
     from gputop.model import ProcSample, Snapshot
@@ -63,9 +63,9 @@ def agent_line(a: dict) -> str:
 
 def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
     gpu_col = "-" if gpu is None else str(gpu)
-    cmd = proc.cmdline or proc.name
+    cmd = safe_text(proc.cmdline or proc.name)  # another user's command may carry escapes
     if not proc.visible:
-        cmd = proc.name
+        cmd = safe_text(proc.name)
     line = (
         f"  {gpu_col:>3} {proc.pid:>7} {truncate(proc.user or '?', 8):<8} "
         f"{bytes_h(proc.gpu_mem):>7} {pct(proc.sm_util):>5} {pct(proc.cpu_percent):>6} "
@@ -78,7 +78,7 @@ def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
         branch = "└─" if i == len(proc.workers) - 1 else "├─"
         lines.append(
             f"  {'':>3} {w.pid:>7} {'':<8} {'':>7} {'':>5} {pct(w.cpu_percent):>6} "
-            f"{bytes_h(w.rss):>7} {truncate(w.state, 8):<8} {branch} {w.name} (worker)"
+            f"{bytes_h(w.rss):>7} {truncate(w.state, 8):<8} {branch} {safe_text(w.name)} (worker)"
         )
     return lines
 

@@ -43,6 +43,10 @@ class LoadLimits:
     max_bytes: int = 200_000_000  # JSON after decompression
     max_events: int = 1_000_000
     allow_special: bool = False  # read a FIFO or device (e.g. <(zcat trace.gz)) when asked
+    # A trace named by another user's agent (root capturing a user's job): the file must be
+    # that user's own, and its last path component is not followed if it is a link.
+    owner_uid: int | None = None
+    follow_links: bool = True
 
 
 DEFAULT_LIMITS = LoadLimits()
@@ -153,7 +157,7 @@ class TraceData:
 
 def _too_large(path: str, limits: LoadLimits) -> TraceError:
     return TraceError(f"{path}: larger than {limits.max_bytes / 1e6:g} MB of JSON; if it is a "
-                      f"real trace, raise the limit with --max-trace-mb")
+                      f"real trace, raise the limit with `gputop analyze --max-trace-mb`")
 
 
 def _gunzip(path: str, fh, first: bytes, limits: LoadLimits) -> bytes:
@@ -197,20 +201,41 @@ def _read_bytes(path: str, limits: LoadLimits = DEFAULT_LIMITS) -> bytes:
     """The trace's JSON bytes, bounded. Opened without blocking (a FIFO would wait for a writer
     for ever) and checked on the descriptor, so what is checked is what is read."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    if not limits.follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    if limits.owner_uid is not None:
+        # Never even open a device another user's agent names: opening some has effects.
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                raise TraceError(f"{path}: not a regular file; not read for another user's "
+                                 "agent")
+        except OSError:
+            pass  # the open below says what is wrong
     try:
         fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a trace file") from None
-    except PermissionError:
-        raise TraceError(f"{path}: permission denied") from None
     except OSError as exc:
+        if exc.errno == getattr(os, "ELOOP", -1) and not limits.follow_links:
+            raise TraceError(f"{path}: is a symbolic link; not followed for a trace named by "
+                             "another user's agent") from None
+        if isinstance(exc, FileNotFoundError):
+            raise TraceError(f"{path}: no such file") from None
+        if isinstance(exc, IsADirectoryError):
+            raise TraceError(f"{path}: is a directory, not a trace file") from None
+        if isinstance(exc, PermissionError):
+            raise TraceError(f"{path}: permission denied") from None
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if stat.S_ISDIR(mode):
             raise TraceError(f"{path}: is a directory, not a trace file")
+        if limits.owner_uid is not None and st.st_uid != limits.owner_uid:
+            raise TraceError(f"{path}: owned by uid {st.st_uid}, not by the agent's uid "
+                             f"{limits.owner_uid}; not read")
+        # gzip adds a few bytes per 32 KiB at worst: a file this much larger is over the limit
+        # whatever it holds (a 5 GB sparse file is refused without reading it).
+        if stat.S_ISREG(mode) and st.st_size > limits.max_bytes * 1.01 + 4096:
+            raise _too_large(path, limits)
         if not stat.S_ISREG(mode):
             if not limits.allow_special:
                 raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); "
@@ -304,7 +329,7 @@ def load_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> 
     # decoded events cost ~10x their JSON, so the bound is checked before that is spent.
     if raw.count(b'"ph"') > limits.max_events:
         raise TraceError(f"{path}: more than {limits.max_events} events; if it is a real "
-                         "trace, raise the limit with --max-events")
+                         "trace, raise the limit with `gputop analyze --max-events`")
     try:
         doc = _decode(path, raw)
     except RecursionError:

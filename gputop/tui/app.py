@@ -39,6 +39,7 @@ from textual.widgets import DataTable, Footer, Input
 from textual.worker import get_current_worker
 
 from gputop.diagnostics.live import finding_key
+from gputop.format import safe_text
 from gputop.model import Snapshot
 from gputop.tui.auto_capture import AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
@@ -608,7 +609,7 @@ class GputopApp(App[int]):
     @work(thread=True, group="capture", exit_on_error=False)
     def _run_capture(self, pid: int) -> None:
         """Off the event loop: the agent records the steps, then the trace is analyzed here."""
-        from gputop.agent.client import AgentError, progress_text, request_capture
+        from gputop.agent.client import AgentError, progress_text, request_capture, trace_limits
 
         worker = get_current_worker()
         shown = [""]
@@ -638,7 +639,7 @@ class GputopApp(App[int]):
         try:
             from gputop.diagnostics.trace import TraceError, analyze_trace
 
-            analysis = analyze_trace(trace)
+            analysis = analyze_trace(trace, trace_limits(reply))
         except TraceError as exc:
             tell(self._capture_failed, pid, f"cannot analyze {trace}: {exc}")
             return
@@ -657,7 +658,7 @@ class GputopApp(App[int]):
     def _capture_failed(self, pid: int, message: str) -> None:
         run = self.captures.pop(pid, None)
         self._show_capture_status()
-        line = " ".join(message.split())  # one line, whatever the agent said
+        line = safe_text(" ".join(message.split()))  # one line, whatever the agent said
         if run is not None and run.finding is not None:
             self._set_note(run.finding, f"capture failed: {line}")
         self.notify(line, severity="error", timeout=8)

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gputop.format import bytes_h, pct
+from gputop.format import bytes_h, pct, safe_text
 from gputop.model import ProcSample, Snapshot, WorkerSample
 from gputop.tui.severity import SEVERITY_MARK
 
@@ -55,13 +55,14 @@ class Group:
 
 
 def short_command(proc: ProcSample) -> str:
+    """The command as drawn: another user's command line may carry terminal escapes."""
     if not proc.visible:
-        return proc.name
+        return safe_text(proc.name)
     cmd = proc.cmdline or proc.name
     first, _, rest = cmd.partition(" ")
     if "/" in first:
         first = os.path.basename(first)
-    return f"{first} {rest}".strip()
+    return safe_text(f"{first} {rest}".strip())
 
 
 def groups(snapshot: Snapshot) -> list[Group]:
@@ -120,7 +121,8 @@ def _worker_cells(w: WorkerSample, gpus: tuple[int, ...], last: bool, tree: bool
         "cpu": pct(w.cpu_percent),
         "rss": bytes_h(w.rss),
         "state": w.state[:8],
-        "command": f"{branch}{w.name} (worker)" if tree else f"{w.name} (worker of {parent})",
+        "command": (f"{branch}{safe_text(w.name)} (worker)" if tree
+                    else f"{safe_text(w.name)} (worker of {parent})"),
     }
 
 

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Static
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_report import format_report
+from gputop.format import safe_text
 from gputop.tui.widgets.text_line import TextLine
 
 PERFETTO = "https://ui.perfetto.dev"
@@ -33,6 +34,7 @@ def title_text(pid: int, analysis: TraceAnalysis) -> Text:
 
 def open_text(trace: str) -> Text:
     """Where the trace is and the two ways to look at it."""
+    trace = safe_text(trace)  # named by the agent: no terminal escapes
     text = Text("trace: ", style="bold")
     text.append(trace)
     text.append("\nopen it: ", style="bold")

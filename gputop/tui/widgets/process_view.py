@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gputop.format import bytes_h, pct
+from gputop.format import bytes_h, pct, safe_text
 from gputop.model import ProcSample, Snapshot
 from gputop.tui.frames import WINDOW_NAMES, Frame
 from gputop.tui.rows import groups, short_command
@@ -104,6 +104,6 @@ class ProcessScreen(Screen[None]):
             for i, w in enumerate(proc.workers):
                 if i:
                     lines.append("\n")
-                lines.append(f"{w.pid:>7}  {w.name:<16} CPU {pct(w.cpu_percent):>5}  "
+                lines.append(f"{w.pid:>7}  {safe_text(w.name):<16} CPU {pct(w.cpu_percent):>5}  "
                              f"RSS {bytes_h(w.rss):>6}  {w.state}")
         self.worker_list.set_text(lines)

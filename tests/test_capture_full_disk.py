@@ -1,0 +1,72 @@
+"""A capture onto a full disk says so, and leaves nothing open or behind in the trainer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gputop.agent import client
+from tests.conftest import REPO, cli_env, wait_for
+
+TRAIN = str(REPO / "tests" / "scripts" / "steady_train.py")
+
+
+@pytest.fixture
+def trainer():
+    job = subprocess.Popen([sys.executable, "-m", "gputop", "run", "--", sys.executable, TRAIN,
+                            "--seconds", "600", "--step-ms", "20"],
+                           env=cli_env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert job.stdout.readline().strip() == "training"
+        wait_for(lambda: (client.agent_status(job.pid) or {}).get("steps"), timeout=120)
+        yield job
+    finally:
+        job.kill()  # `gputop run` execs the job: this pid is the training process
+        job.wait(60)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 96 KiB tmpfs: room for a directory, not for a trace."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs",
+                           str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: " + done.stderr.decode().strip())
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def deleted_open_files(pid: int) -> list[str]:
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith("(deleted)"):
+            found.append(target)
+    return found
+
+
+def test_a_full_disk_is_named_and_nothing_stays_open(trainer, full_disk):
+    # The trainer's own (torch keeps an anonymous temporary file in /tmp) are not ours.
+    before = set(deleted_open_files(trainer.pid))
+    for _ in range(3):  # each attempt, not just the first
+        with pytest.raises(client.AgentError) as err:
+            client.request(trainer.pid, {"cmd": "capture", "steps": 2, "out": str(full_disk),
+                                         "record_shapes": True, "with_stack": True},
+                           timeout=120)
+        assert "no space left" in str(err.value).lower(), str(err.value)
+        assert "No such file" not in str(err.value)
+    assert os.listdir(full_disk) == []
+    assert set(deleted_open_files(trainer.pid)) <= before
+    steps = client.agent_status(trainer.pid)["steps"]
+    wait_for(lambda: client.agent_status(trainer.pid)["steps"] > steps, timeout=120)
