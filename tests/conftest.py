@@ -1,19 +1,53 @@
-"""Shared test helpers: run the real CLI in a subprocess, find ../shared, wait on conditions."""
+"""Shared test helpers: run the real CLI in a subprocess, find ../shared, wait on conditions,
+and make sure no process a test starts outlives it.
+
+Waits are on conditions, with generous timeouts: a loaded machine makes things slower, never
+wrong, so no test asserts how long something took (benchmarks/ measures and prints that).
+
+Processes: every process the tests start inherits ``GPUTOP_TEST_RUN`` (this pytest run) and,
+while a test runs, ``GPUTOP_TEST_CASE`` (that test) in its environment. Start processes with
+the ``spawn`` fixture (or a fixture or context manager of your own that ends them); whatever a
+test still leaves running is found by those marks (even after it was re-parented, like a tmux
+server or a stand-in whose parent died) or as a new child of pytest, and killed, with its whole
+tree, when the test ends, pass or fail; and once more at the end of the run. What the sweep had
+to end is listed in the terminal summary.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TRACES = SHARED / "traces"
+
+# Time allowed for anything that starts a Python process importing torch or Textual, or waits
+# on one: generous, so that a machine busy with other work still passes.
+SLOW = 120.0
+
+RUN_MARK = "GPUTOP_TEST_RUN"
+CASE_MARK = "GPUTOP_TEST_CASE"
+os.environ[RUN_MARK] = uuid.uuid4().hex
+os.environ.pop(CASE_MARK, None)
+
+_swept: list[tuple[str, str]] = []  # (test, process) ended by the sweep, for the summary
+
+# Started in the background of a non-interactive shell (`pytest &`, nohup, some CI runners), the
+# test run inherits SIGINT ignored, and so would every process it starts: Ctrl-C sent to a child
+# (`gputop watch` exits 130, a job under `gputop run` gets KeyboardInterrupt) would do nothing.
+# Python's own handler here puts SIGINT back to its default in every child (at exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -24,7 +58,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = SLOW, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gputop", *args],
         capture_output=True,
@@ -36,7 +70,7 @@ def run_cli(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProces
     )
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.05):
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.05):
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -46,6 +80,149 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: f
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s: {condition}")
         time.sleep(interval)
+
+
+# -- ending processes ------------------------------------------------------------------------
+
+
+def _tree(procs: Iterable[psutil.Process]) -> dict[int, psutil.Process]:
+    found: dict[int, psutil.Process] = {}
+    for proc in procs:
+        try:
+            found[proc.pid] = proc
+            for child in proc.children(recursive=True):
+                found[child.pid] = child
+        except psutil.Error:
+            pass
+    return found
+
+
+def end_processes(procs: Iterable[psutil.Process], timeout: float = 30.0) -> None:
+    """SIGKILL these processes and every process under them, and wait until they are gone.
+
+    The trees are listed before anything is killed (a dead parent's children are re-parented
+    and could no longer be found under it), and listed again in case one forked meanwhile."""
+    me = os.getpid()
+    victims: dict[int, psutil.Process] = {}
+    pending = [p for p in procs if p.pid != me]
+    for _ in range(3):
+        tree = {pid: p for pid, p in _tree(pending).items() if pid != me and pid not in victims}
+        if not tree:
+            break
+        for proc in tree.values():
+            try:
+                proc.kill()  # psutil checks the pid still names the same process
+            except psutil.Error:
+                pass
+        victims.update(tree)
+        pending = list(tree.values())
+    if victims:
+        # Our own children are reaped here; others are waited on until they are gone.
+        psutil.wait_procs(list(victims.values()), timeout=timeout)
+
+
+def end_popen(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """End a Popen and its whole tree, reap it and close its pipes."""
+    try:
+        end_processes([psutil.Process(proc.pid)], timeout=timeout)
+    except psutil.NoSuchProcess:
+        pass
+    if proc.poll() is None:  # only if psutil could not see it at all
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except (OSError, ValueError):
+                pass
+
+
+def marked(name: str, value: str) -> list[psutil.Process]:
+    """Processes (not this one) whose environment has ``name=value``."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(name) == value:
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _children() -> dict[tuple[int, float], psutil.Process]:
+    found = {}
+    try:
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                found[(proc.pid, proc.create_time())] = proc
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return found
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.pid} {' '.join(' '.join(proc.cmdline()).split())[:120]}"
+    except psutil.Error:
+        return str(proc.pid)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(request):
+    """Mark what this test starts; end whatever of it still runs when the test is over."""
+    mark = uuid.uuid4().hex
+    before = set(_children())
+    os.environ[CASE_MARK] = mark
+    try:
+        yield
+    finally:
+        os.environ.pop(CASE_MARK, None)
+        left = {p.pid: p for p in marked(CASE_MARK, mark)}
+        for key, proc in _children().items():
+            if key not in before:  # a zombie too: waiting on it here reaps it
+                left[proc.pid] = proc
+        if left:
+            _swept.extend((request.node.nodeid, _describe(p)) for p in left.values())
+            end_processes(left.values())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    left = {p.pid: p for p in marked(RUN_MARK, os.environ[RUN_MARK])}
+    left.update({p.pid: p for p in _children().values()})
+    if left:
+        _swept.extend(("(end of the run)", _describe(p)) for p in left.values())
+        end_processes(left.values())
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _swept:
+        terminalreporter.section("processes left running by tests (ended by conftest)")
+        for test, proc in _swept:
+            terminalreporter.line(f"{test}: {proc}")
+
+
+@pytest.fixture
+def spawn():
+    """``proc = spawn([...], **popen_kwargs)``: a subprocess.Popen owned by the test. When the
+    test ends, pass or fail, it and every process under it are killed and reaped."""
+    started: list[subprocess.Popen] = []
+
+    def start(args, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(args, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        end_popen(proc)
+
+
+# -- the simulated driver --------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -7,18 +7,21 @@ import os
 import pwd
 import socket
 import stat
-import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from gputop.agent import client
+from tests.conftest import SLOW
 from tests.scripts.agent_testkit import (
+    ANSWER_S,
     gputop_run,
     private_agent_world,
     running,
+    status_of,
     train_cmd,
     wait_for_steps,
 )
@@ -43,7 +46,7 @@ def job(world):
         yield proc
 
 
-def raw_exchange(pid: int, payload: bytes, timeout: float = 5.0) -> list[dict]:
+def raw_exchange(pid: int, payload: bytes, timeout: float = ANSWER_S) -> list[dict]:
     """Send raw bytes on one connection, read every reply line until the agent closes."""
     path = client.find_agent(pid)
     assert path is not None
@@ -70,7 +73,7 @@ def test_socket_is_0600_in_a_0700_directory_of_ours(world, job):
 
 
 def test_hello_describes_the_process(job):
-    hello = client.request(job.pid, {"cmd": "hello"})
+    hello = client.request(job.pid, {"cmd": "hello"}, timeout=ANSWER_S)
     assert hello["pid"] == job.pid  # gputop run exec'd: the job has gputop's pid
     assert hello["argv"][0].endswith("slow_loader_train.py")
     assert hello["hostname"] == socket.gethostname()
@@ -79,14 +82,17 @@ def test_hello_describes_the_process(job):
     import torch
 
     assert hello["torch_version"] == torch.__version__
-    assert hello["cuda_available"] is False  # a CPU build: known without touching CUDA
+    # Known without touching CUDA: False with a CPU build of torch; with a CUDA build, unknown
+    # (None) in a job that has not initialised CUDA itself, whatever GPUs this host has.
+    cpu_build = torch.version.cuda is None and torch.version.hip is None
+    assert hello["cuda_available"] is (False if cpu_build else None)
     assert hello["agent_version"] and hello["protocol"] == client.PROTOCOL_VERSION
     assert abs(hello["start_time"] - time.time()) < 600
 
 
 def test_status_has_step_rate_and_dataloader_share(job):
-    status = client.agent_status(job.pid)
-    assert status is not None and status["steps"] >= 3
+    status = status_of(job.pid)
+    assert status["steps"] >= 3
     assert status["steps_per_s"] > 0
     assert 0 < status["step_time_p50_s"] <= status["step_time_p95_s"]
     # 8 samples x 3 ms of loader time against a tiny model: the loader dominates.
@@ -124,24 +130,25 @@ def test_bad_requests_get_error_replies_and_the_agent_stays_up(job):
     ]
     assert all(r["ok"] is False and r["message"] for r in replies[:-1])
     assert replies[-1]["ok"] is True and replies[-1]["steps"] >= 3
-    assert client.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
+    assert client.request(job.pid, {"cmd": "hello"}, timeout=ANSWER_S)["pid"] == job.pid
 
 
 def test_oversized_message_is_refused_and_the_connection_closed(job):
     replies = raw_exchange(job.pid, b'{"cmd": "hello", "x": "' + b"a" * (70 * 1024) + b'"}\n')
     assert [r["error"] for r in replies] == ["too-large"]
-    assert client.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
+    assert client.request(job.pid, {"cmd": "hello"}, timeout=ANSWER_S)["pid"] == job.pid
 
 
 def test_cancel_without_capture_is_a_no_op(job):
-    assert client.request(job.pid, {"cmd": "cancel"}) == {"ok": True, "cancelled": False}
+    assert client.request(job.pid, {"cmd": "cancel"}, timeout=ANSWER_S) == {
+        "ok": True, "cancelled": False}
 
 
 def _nobody_client(socket_path: Path) -> dict:
     """In a forked child that became `nobody`: connect, say hello, return what happened."""
     assert os.geteuid() != 0
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5)
+    s.settimeout(ANSWER_S)
     try:
         s.connect(str(socket_path))
     except PermissionError:
@@ -187,7 +194,7 @@ def test_peer_of_another_uid_is_refused(world, job):
     # First line of defence: the 0700 directory keeps other users from reaching the socket.
     assert _as_nobody(path)["connect"] == "EACCES"
     # Loosen every file mode: SO_PEERCRED still refuses the peer.
-    before = client.agent_status(job.pid)["refused_peers"]
+    before = status_of(job.pid)["refused_peers"]
     modes = [(p, stat.S_IMODE(os.lstat(p).st_mode)) for p in (runtime, path.parent, path)]
     try:
         os.chmod(runtime, 0o711)
@@ -198,11 +205,25 @@ def test_peer_of_another_uid_is_refused(world, job):
         for p, mode in modes:
             os.chmod(p, mode)
     assert outcome == {"connect": "ok", "received": ""}  # closed unanswered: nothing leaks
-    assert client.agent_status(job.pid)["refused_peers"] == before + 1
-    assert client.request(job.pid, {"cmd": "hello"})["pid"] == job.pid
+    assert status_of(job.pid)["refused_peers"] == before + 1
+    assert client.request(job.pid, {"cmd": "hello"}, timeout=ANSWER_S)["pid"] == job.pid
 
 
-def test_status_of_a_dead_or_hung_agent_is_none_and_fast(world):
+def in_thread(fn, *args, **kwargs) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except Exception as exc:  # handed to the test thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_status_of_a_dead_or_hung_agent_is_none_not_a_hang(world):
     _env, runtime = world
     directory = client.socket_dir(create=True)
     # A hung agent: the socket listens but nobody ever answers.
@@ -211,9 +232,12 @@ def test_status_of_a_dead_or_hung_agent_is_none_and_fast(world):
     hung.bind(str(directory / f"{hung_pid}.sock"))
     hung.listen(1)
     try:
-        t0 = time.monotonic()
-        assert client.agent_status(hung_pid, timeout=0.3) is None
-        assert time.monotonic() - t0 < 1.5
+        # Nobody will ever answer: the call returns only because its timeout is kept. (How
+        # long that takes is for benchmarks/bench_agent.py to measure; a hang fails here.)
+        thread, box = in_thread(client.agent_status, hung_pid, timeout=0.3)
+        thread.join(SLOW)
+        assert not thread.is_alive(), "agent_status() hung on an agent that never answers"
+        assert box == {"value": None}
         with pytest.raises(client.AgentError) as err:
             client.request(hung_pid, {"cmd": "status"}, timeout=0.3)
         assert err.value.code == "timeout" and "\n" not in str(err.value)
@@ -226,10 +250,10 @@ def test_status_of_a_dead_or_hung_agent_is_none_and_fast(world):
     assert not (directory / f"{hung_pid}.sock").exists()
 
 
-def test_list_agents_removes_sockets_of_dead_processes(world):
+def test_list_agents_removes_sockets_of_dead_processes(world, spawn):
     directory = client.socket_dir(create=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    dead = spawn([sys.executable, "-c", "pass"])
+    dead.wait(SLOW)
     stale = directory / f"{dead.pid}.sock"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(stale))
@@ -271,9 +295,9 @@ def test_socket_dir_refuses_a_symlink_or_a_foreign_owner(tmp_path, monkeypatch):
         assert client.list_agents() is not None  # refused quietly on the discovery side
 
 
-def test_a_socket_answering_in_another_process_name_is_not_trusted(world):
+def test_a_socket_answering_in_another_process_name_is_not_trusted(world, spawn):
     directory = client.socket_dir(create=True)
-    victim = subprocess.Popen(["sleep", "30"])
+    victim = spawn(["sleep", "600"])
     impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     impostor.bind(str(directory / f"{victim.pid}.sock"))
     impostor.listen(1)
@@ -286,5 +310,3 @@ def test_a_socket_answering_in_another_process_name_is_not_trusted(world):
     finally:
         impostor.close()
         os.unlink(directory / f"{victim.pid}.sock")
-        victim.kill()
-        victim.wait()

@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import gputop.agent
 from gputop.agent import client
+from tests.conftest import SLOW
+from tests.scripts.agent_testkit import ANSWER_S
 
 
 @pytest.fixture
@@ -35,7 +37,7 @@ def agent(tmp_path, monkeypatch):
 
 
 def status() -> dict:
-    return client.request(os.getpid(), {"cmd": "status"})
+    return client.request(os.getpid(), {"cmd": "status"}, timeout=ANSWER_S)
 
 
 class SleepyDataset(Dataset):
@@ -135,7 +137,7 @@ def test_a_forked_child_drops_the_server_and_serves_only_if_it_trains(agent):
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child
-        faulthandler.dump_traceback_later(20, exit=True)  # a hang fails instead of stalling
+        faulthandler.dump_traceback_later(SLOW, exit=True)  # a hang fails instead of stalling
         code = 1
         try:
             # (torch's OpenMP pool does not survive fork: a forked child that trains must go
@@ -155,7 +157,8 @@ def test_a_forked_child_drops_the_server_and_serves_only_if_it_trains(agent):
             )
             mine = gputop.agent.socket_path()
             report["socket_after_step"] = str(mine)
-            report["hello"] = client.request(os.getpid(), {"cmd": "hello"})["pid"]
+            report["hello"] = client.request(os.getpid(), {"cmd": "hello"},
+                                             timeout=ANSWER_S)["pid"]
             os.write(write_end, json.dumps(report).encode())
             gputop.agent.shutdown()
             code = 0
@@ -171,4 +174,4 @@ def test_a_forked_child_drops_the_server_and_serves_only_if_it_trains(agent):
     assert report["socket_after_step"].endswith(f"/{child}.sock")
     assert report["hello"] == child
     assert agent.exists()
-    assert client.request(os.getpid(), {"cmd": "hello"})["pid"] == os.getpid()
+    assert client.request(os.getpid(), {"cmd": "hello"}, timeout=ANSWER_S)["pid"] == os.getpid()

@@ -7,13 +7,13 @@ import json
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli, wait_for
+from tests.conftest import REPO, SLOW, run_cli, wait_for
 from tests.scripts.agent_testkit import (
+    ANSWER_S,
     INFERENCE,
     gputop_run,
     private_agent_world,
@@ -36,9 +36,8 @@ def test_acceptance_run_then_capture_json_and_report(world, tmp_path):
     job = gputop_run(train_cmd("--steps", "300", "--item-ms", "3", "--exit-code", "3"), env)
     with running(job):
         wait_for_steps(job.pid, steps=2)
-        t0 = time.monotonic()
-        result = run_cli("capture", str(job.pid), "--steps", "3", "--json", env=env, timeout=60)
-        assert time.monotonic() - t0 < 30
+        # (How long a capture takes is measured by benchmarks/bench_capture_cli.py.)
+        result = run_cli("capture", str(job.pid), "--steps", "3", "--json", env=env)
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
         trace = Path(report["trace"])
@@ -48,30 +47,31 @@ def test_acceptance_run_then_capture_json_and_report(world, tmp_path):
         assert report["verdict"] == "dataloader-stall"
         # The human report, into --out this time.
         out = tmp_path / "traces"
-        human = run_cli("capture", str(job.pid), "--out", str(out), env=env, timeout=60)
+        human = run_cli("capture", str(job.pid), "--out", str(out), env=env)
         assert human.returncode == 0, human.stderr
         assert "dataloader-stall" in human.stdout
         traces = list(out.iterdir())
         assert len(traces) == 1 and f"trace: {traces[0]}" in human.stdout
         assert "Traceback" not in human.stderr + result.stderr
         # The job runs to completion with its own exit code.
-        assert job.wait(120) == 3
+        assert job.wait(SLOW) == 3
         assert "finished" in job.stdout.read()
 
 
-def test_process_exiting_mid_capture_is_reported_within_the_timeout(world):
+def test_process_exiting_mid_capture_is_reported_not_waited_out(world):
     env, _ = world
     job = gputop_run(train_cmd("--steps", "30", "--item-ms", "3"), env)
     with running(job):
         wait_for_steps(job.pid, steps=2)
-        t0 = time.monotonic()
-        result = run_cli("capture", str(job.pid), "--steps", "500", "--timeout", "20", env=env)
-        assert time.monotonic() - t0 < 20
+        # The job ends long before 500 steps and before the capture's timeout: the error says
+        # it exited (a capture that waited for its timeout would say so instead).
+        result = run_cli("capture", str(job.pid), "--steps", "500", "--timeout", str(int(SLOW)),
+                         env=env, timeout=2 * SLOW)
         assert result.returncode == 1
         assert result.stderr.strip().splitlines()[-1] == (
             f"gputop: error: process {job.pid} exited during the capture"
         )
-        assert job.wait(30) == 0
+        assert job.wait(SLOW) == 0
 
 
 def test_no_steps_suggests_seconds_and_a_time_window_capture_works(world):
@@ -80,7 +80,8 @@ def test_no_steps_suggests_seconds_and_a_time_window_capture_works(world):
     with running(job):
         from gputop.agent import client
 
-        wait_for(lambda: (client.agent_status(job.pid) or {}).get("step_hook"), timeout=60)
+        wait_for(lambda: (client.agent_status(job.pid, timeout=ANSWER_S) or {}).get("step_hook"),
+                 timeout=SLOW)
         result = run_cli("capture", str(job.pid), "--timeout", "2", env=env)
         assert result.returncode == 1
         last = result.stderr.strip().splitlines()[-1]
@@ -103,20 +104,16 @@ def _one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
     return lines[-1]
 
 
-def test_bad_input_is_a_one_line_error(world):
+def test_bad_input_is_a_one_line_error(world, spawn):
     env, _ = world
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
+    gone = spawn([sys.executable, "-c", "pass"])
+    gone.wait(SLOW)
     assert f"no process with pid {gone.pid}" in _one_line_error(
         run_cli("capture", str(gone.pid), env=env), 1
     )
-    bystander = subprocess.Popen(["sleep", "30"], cwd=REPO)
-    try:
-        line = _one_line_error(run_cli("capture", str(bystander.pid), env=env), 1)
-        assert "has no gputop agent" in line and "gputop run" in line
-    finally:
-        bystander.kill()
-        bystander.wait()
+    bystander = spawn(["sleep", "600"], cwd=REPO)
+    line = _one_line_error(run_cli("capture", str(bystander.pid), env=env), 1)
+    assert "has no gputop agent" in line and "gputop run" in line
     assert "process id" in _one_line_error(run_cli("capture", "abc", env=env), 2)
     assert "--steps" in _one_line_error(run_cli("capture", "1", "--steps", "0", env=env), 2)
     assert "--timeout" in _one_line_error(run_cli("capture", "1", "--timeout", "0", env=env), 2)

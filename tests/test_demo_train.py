@@ -59,12 +59,12 @@ def test_demo_train_is_input_starved_and_dies_with_its_parent(env):
         assert status["dataloader_wait_share"] > 0.5
         assert os.path.basename(client.request(child, {"cmd": "hello"})["argv"][0]) == "train.py"
         parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        wait_for(lambda: gone(child), timeout=10)
+        parent.wait(120)
+        wait_for(lambda: gone(child), timeout=120)
     finally:
         for pid in (parent.pid, child):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        parent.wait(10)
+        parent.wait(120)

@@ -15,7 +15,7 @@ import pytest
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import Sampler
-from tests.conftest import wait_for
+from tests.conftest import SLOW, wait_for
 
 # A parent that forks two children burning CPU, then waits: a DataLoader-shaped tree.
 TREE = textwrap.dedent(
@@ -38,14 +38,11 @@ TREE = textwrap.dedent(
 
 
 @pytest.fixture
-def busy_tree():
-    proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+def busy_tree(spawn):
+    """The tree, ended (parent and children) by ``spawn`` when the test is over."""
+    proc = spawn([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    yield proc
-    for child in psutil.Process(proc.pid).children():
-        child.kill()
-    proc.kill()
-    proc.wait()
+    return proc
 
 
 def test_process_tree_with_measured_workers(busy_tree):
@@ -74,13 +71,13 @@ def test_invisible_pid_is_kept_and_marked():
     assert "not visible" in proc.name
 
 
-def test_exited_process_and_reused_pid_are_not_confused():
+def test_exited_process_and_reused_pid_are_not_confused(spawn):
     host = HostCollector()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = spawn([sys.executable, "-c", "import time; time.sleep(600)"])
     first = host.sample_process(child.pid)
     assert first.visible
     child.kill()
-    child.wait()
+    child.wait(SLOW)
     gone = host.sample_process(child.pid)
     assert not gone.visible
 
@@ -106,13 +103,13 @@ def test_cache_forgets_processes_that_are_gone(busy_tree):
     assert busy_tree.pid not in host._tracked
 
 
-def test_sampler_without_driver_still_samples_the_host():
-    from gputop.collect import simnvml
-
-    simnvml.uninstall()
+def test_sampler_without_driver_still_samples_the_host(simulated):
+    # No driver, whatever this host has: the simulated libnvidia-ml of the `no-driver` scenario
+    # answers nvmlInit as a host without the library does (NVML_ERROR_LIBRARY_NOT_FOUND).
+    simulated("no-driver")
     sampler = Sampler(NvmlCollector())
     driver = sampler.open()
-    assert not driver.available
+    assert not driver.available and "not found" in driver.error
     snap = sampler.sample()
     assert snap.gpus == () and snap.host.memory_total > 0
     assert snap.to_json()["driver"]["available"] is False
@@ -130,7 +127,7 @@ def test_sampler_joins_gpu_pids_with_their_trees(simulated, sim_clock, busy_tree
         proc = snap.gpus[0].processes[0]
         return snap if all(w.cpu_percent for w in proc.workers) else None
 
-    snap = wait_for(measured, timeout=5, interval=0.3)
+    snap = wait_for(measured, timeout=SLOW, interval=0.3)
     proc = snap.gpus[0].processes[0]
     assert proc.pid == busy_tree.pid and proc.gpu_mem > 0 and proc.sm_util is not None
     assert len(proc.workers) == 2

@@ -15,11 +15,13 @@ import psutil
 import pytest
 
 from gputop.agent import client
-from tests.conftest import REPO, run_cli, wait_for
+from tests.conftest import REPO, SLOW, run_cli, wait_for
 from tests.scripts.agent_testkit import (
+    ANSWER_S,
     gputop_run,
     private_agent_world,
     running,
+    status_of,
     train_cmd,
     wait_for_steps,
 )
@@ -74,15 +76,15 @@ def test_ctrl_c_and_signals_reach_the_job(world):
     job = gputop_run([sys.executable, "-c", script], world)
     with running(job):
         assert job.stdout.readline().strip() == "ready"
-        wait_for(lambda: client.find_agent(job.pid), timeout=10)  # same pid: gputop exec'd
+        wait_for(lambda: client.find_agent(job.pid), timeout=SLOW)  # same pid: gputop exec'd
         job.send_signal(signal.SIGINT)
-        assert job.wait(10) == 42
+        assert job.wait(SLOW) == 42
         assert job.stdout.read().strip() == "interrupted"
     job = gputop_run([sys.executable, "-c", script], world)
     with running(job):
         assert job.stdout.readline().strip() == "ready"
         job.send_signal(signal.SIGTERM)
-        assert job.wait(10) == -signal.SIGTERM
+        assert job.wait(SLOW) == -signal.SIGTERM
 
 
 def test_an_existing_sitecustomize_still_runs(world, tmp_path):
@@ -127,10 +129,10 @@ def test_dataloader_workers_never_get_an_agent(world, start_method, workers):
         agents = client.list_agents()
         assert job.pid in agents
         assert not {c.pid for c in children} & set(agents)
-        status = client.agent_status(job.pid)
+        status = status_of(job.pid)
         assert status["agent_errors"] == 0 and status["steps"] >= 3
         job.terminate()
-        _, err = job.communicate(timeout=30)
+        _, err = job.communicate(timeout=SLOW)
     # Nothing from the agent. (SIGTERM can catch multiprocessing's resource sharer mid-transfer
     # of a worker's file descriptor and it prints a ConnectionResetError: torch's, not ours.)
     assert "gputop" not in err
@@ -160,24 +162,24 @@ def test_torchrun_ranks_each_get_an_agent_with_their_rank(world):
             found = {}
             for pid in client.list_agents():
                 try:
-                    hello = client.request(pid, {"cmd": "hello"})
+                    hello = client.request(pid, {"cmd": "hello"}, timeout=ANSWER_S)
                 except client.AgentError:
                     continue
                 if hello.get("rank") is not None and hello.get("job_id") == "job-77":
-                    status = client.agent_status(pid) or {}
+                    status = client.agent_status(pid, timeout=ANSWER_S) or {}
                     if (status.get("steps") or 0) >= 2:
                         found[hello["rank"]] = hello
             return found if len(found) == 2 else {}
 
-        found = wait_for(ranks, timeout=90, interval=0.5)
+        found = wait_for(ranks, timeout=2 * SLOW, interval=0.5)
         assert sorted(found) == [0, 1]
         assert {h["world_size"] for h in found.values()} == {2}
         assert {h["local_rank"] for h in found.values()} == {0, 1}
         rank_pids = {h["pid"] for h in found.values()}
         assert rank_pids <= {p.pid for p in psutil.Process(job.pid).children(recursive=True)}
         job.send_signal(signal.SIGTERM)
-        job.communicate(timeout=60)
-    wait_for(lambda: not rank_pids & set(client.list_agents()), timeout=10)
+        job.communicate(timeout=SLOW)
+    wait_for(lambda: not rank_pids & set(client.list_agents()), timeout=SLOW)
 
 
 def test_bad_command_lines_are_one_line_errors(world):
@@ -216,7 +218,7 @@ def test_a_job_python_without_gputop_still_gets_the_agent(world, tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SLOW,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["socket"] is not None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gputop.diagnostics.trace import analyze_trace, compare_ranks
-from tests.conftest import cli_env, run_cli
+from tests.conftest import SLOW, cli_env, run_cli
 
 pytest.importorskip("torch")
 
@@ -136,7 +136,7 @@ def captured(tmp_path_factory) -> dict[str, Path]:
         [sys.executable, str(script), str(out)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=2 * SLOW,
         env=cli_env(),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -197,13 +197,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_straggler_rank_is_an_imbalance(tmp_path):
+@pytest.mark.timeout(5 * SLOW)  # two torch processes, then the analysis: slow on a busy machine
+def test_straggler_rank_is_an_imbalance(tmp_path, spawn):
     script = tmp_path / "rank.py"
     script.write_text(RANK)
     port = str(free_port())
     traces = [tmp_path / f"rank{r}.json" for r in (0, 1)]
     procs = [
-        subprocess.Popen(
+        spawn(
             [sys.executable, str(script), str(r), port, str(traces[r])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -213,7 +214,7 @@ def test_straggler_rank_is_an_imbalance(tmp_path):
         for r in (0, 1)
     ]
     for p in procs:
-        _, err = p.communicate(timeout=180)
+        _, err = p.communicate(timeout=2 * SLOW)
         assert p.returncode == 0, err[-3000:]
 
     alone = [analyze_trace(t) for t in traces]

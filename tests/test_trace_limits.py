@@ -17,9 +17,12 @@ from gputop.diagnostics.trace import TraceError, analyze_trace
 from tests.conftest import REPO, TRACES, cli_env, run_cli
 
 # Runs `gputop analyze` in this interpreter and prints its peak RSS (KiB) on the last line.
-PEAK = ("import resource, sys; from gputop.cli import main; code = main(sys.argv[1:]); "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
-        "sys.exit(code)")
+# The peak is VmHWM, the high-water mark of this program's own memory: ru_maxrss would also
+# count the pytest process it was forked from (Linux keeps the larger across exec), hundreds of
+# MB once earlier tests have imported torch.
+PEAK = ("import sys; from gputop.cli import main; code = main(sys.argv[1:]); "
+        "print(next(line.split()[1] for line in open('/proc/self/status') "
+        "if line.startswith('VmHWM:')), file=sys.stderr); sys.exit(code)")
 
 
 def analyze_with_peak(*args: str) -> tuple[subprocess.CompletedProcess, int]:

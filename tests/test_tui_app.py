@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import re
 import subprocess
 import sys
@@ -19,9 +20,10 @@ from gputop.tui.frames import build_frame
 from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
 from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.process_view import ProcessScreen
+from tests.conftest import SLOW, wait_for
 from tests.tui_data import scenario_snapshots, screen_text, with_process
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(2 * SLOW)
 
 
 def run_async(test):
@@ -36,13 +38,13 @@ def run_async(test):
 TOUR = scenario_snapshots("tour", 90)
 
 
-async def until(pilot, condition, tries: int = 200):
-    """Let the app run until ``condition()`` holds (bounded: fails after ``tries`` pauses)."""
-    for _ in range(tries):
-        if condition():
-            return
+async def until(pilot, condition, timeout: float = SLOW):
+    """Let the app run until ``condition()`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {condition}")
         await pilot.pause(0.01)
-    raise AssertionError(f"condition not met: {condition}")
 
 
 async def started(pilot):
@@ -58,13 +60,9 @@ def select(app, pid: int) -> None:
 
 
 @pytest.fixture
-def sleeper():
+def sleeper(spawn):
     """A real process the test owns, standing in for a training job."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield proc
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    return spawn([sys.executable, "-c", "import time; time.sleep(600)"])
 
 
 def snapshots_with(sleeper) -> list:
@@ -296,7 +294,7 @@ async def test_k_then_yes_sends_sigterm(sleeper):
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmSignalScreen))
         await pilot.press("y")
-        await until(pilot, lambda: not alive(sleeper), tries=500)
+        await until(pilot, lambda: not alive(sleeper))
     assert sleeper.returncode == -15
 
 
@@ -315,36 +313,28 @@ async def test_p_without_an_agent_says_how_to_add_one(sleeper):
 
 
 @run_async
-async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch):
+async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch, spawn):
     from gputop.agent import client
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     tmp_path.chmod(0o700)
-    job = subprocess.Popen(
+    job = spawn(
         [sys.executable, "-c", "import gputop.agent, time; gputop.agent.install(); "
-         "print('ready', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, env={**__import__("os").environ,
-                                                "XDG_RUNTIME_DIR": str(tmp_path)})
-    try:
-        assert job.stdout.readline().strip() == "ready"
-        ps = psutil.Process(job.pid)
-        proc = ProcSample(pid=job.pid, name="python", cpu_percent=1.0, user="tester",
-                          state="sleeping", create_time=ps.create_time(), cmdline="python job")
-        app = GputopApp(snapshots=with_process(TOUR[-3:], proc))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await started(pilot)
-            for _ in range(100):
-                if job.pid in client.list_agents():
-                    break
-                await pilot.pause(0.05)
-            select(app, job.pid)
-            await pilot.pause()
-            assert selected_pid(app) == job.pid
-            await pilot.press("p")
-            await until(pilot, lambda: any(f"capture requested for pid {job.pid}" in n.message
-                                           for n in app._notifications))
-    finally:
-        job.kill()
-        job.wait()
+         "print('ready', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    assert job.stdout.readline().strip() == "ready"
+    ps = psutil.Process(job.pid)
+    proc = ProcSample(pid=job.pid, name="python", cpu_percent=1.0, user="tester",
+                      state="sleeping", create_time=ps.create_time(), cmdline="python job")
+    app = GputopApp(snapshots=with_process(TOUR[-3:], proc))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await until(pilot, lambda: job.pid in client.list_agents())
+        select(app, job.pid)
+        await pilot.pause()
+        assert selected_pid(app) == job.pid
+        await pilot.press("p")
+        await until(pilot, lambda: any(f"capture requested for pid {job.pid}" in n.message
+                                       for n in app._notifications))
 
 
 @run_async
@@ -381,18 +371,19 @@ async def test_resize_changes_the_layout_only_then():
         assert "╭─  0 · NVIDIA A100-SXM4-80GB" in text
 
 
+@pytest.mark.timeout(4 * SLOW)
 @run_async
 async def test_live_sampler_thread_on_a_demo_scenario():
     """The real path: the thread worker opens the demo, samples, records and posts frames;
     quitting stops the stand-in processes."""
     app = GputopApp(demo="input-starved", interval=0.2)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.frames_rendered >= 3, tries=1000)
+        await until(pilot, lambda: app.frames_rendered >= 3)
         text = screen_text(app)
         assert "NVIDIA A100-SXM4-80GB" in text and "demo: input-starved" in text
         # The monitor does not wait for the demo's workers: they show as they are forked.
         tree = r"[├└]─ \S+ \(worker\)"  # the DataLoader workers, as a tree
-        await until(pilot, lambda: len(re.findall(tree, screen_text(app))) == 2, tries=3000)
+        await until(pilot, lambda: len(re.findall(tree, screen_text(app))) == 2)
         # The demo's stand-ins: GPU processes and their workers (agent processes of other
         # jobs on this machine may be listed too; they are not ours to check).
         pids = [pid for g in app.frame.snapshot.gpus for p in g.processes
@@ -401,17 +392,23 @@ async def test_live_sampler_thread_on_a_demo_scenario():
         assert app.feed.history.samples >= 3
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running)
-    gone = [pid for pid in pids if not psutil.pid_exists(pid)
-            or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
-    for _ in range(100):
-        if len(gone) == len(pids):
-            break
-        time.sleep(0.05)
-        gone = [pid for pid in pids if not psutil.pid_exists(pid)
-                or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE]
-    left = {pid: psutil.Process(pid).as_dict(["status", "cmdline", "ppid"])
-            for pid in pids if pid not in gone and psutil.pid_exists(pid)}
-    assert not left
+
+    def left() -> dict[int, dict]:
+        found = {}
+        for pid in pids:
+            try:
+                info = psutil.Process(pid).as_dict(["status", "cmdline", "ppid"])
+            except psutil.NoSuchProcess:
+                continue
+            if info["status"] != psutil.STATUS_ZOMBIE:
+                found[pid] = info
+        return found
+
+    try:
+        wait_for(lambda: not left(), timeout=SLOW)
+    except AssertionError:
+        assert not left()  # shows what is left
+        raise
 
 
 @run_async

@@ -20,12 +20,13 @@ from gputop.model import ProcSample
 from gputop.tui.app import GputopApp
 from gputop.tui.severity import SEVERITY_MARK
 from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
-from tests.conftest import cli_env, wait_for
-from tests.scripts.agent_testkit import private_runtime_dir
+from tests.conftest import SLOW, cli_env, wait_for
+from tests.scripts.agent_testkit import ANSWER_S, private_runtime_dir
 from tests.tui_data import scenario_snapshots, screen_text, with_process
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.timeout(90)
+# Generous: each test waits on a few things (torch imports, a capture) of up to SLOW each.
+pytestmark = pytest.mark.timeout(5 * SLOW)
 
 
 def run_async(test):
@@ -36,7 +37,7 @@ def run_async(test):
     return wrapper
 
 
-async def until(pilot, condition, timeout: float):
+async def until(pilot, condition, timeout: float = SLOW):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -63,14 +64,13 @@ def stall_of(app):
 
 @run_async
 async def test_demo_stall_shows_in_the_panel_and_p_shows_the_diagnosis(agents_here):
-    """Acceptance 2 under the pilot: the stall within 20 s, then `p` on the training process
-    gives the diagnosis screen with dataloader-stall and the trace."""
+    """Acceptance 2 under the pilot: the stall shows (how soon is measured by
+    benchmarks/bench_findings.py), then `p` on the training process gives the diagnosis screen
+    with dataloader-stall and the trace."""
     app = GputopApp(demo="input-starved", interval=0.5)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.frames_rendered > 0, timeout=20)
-        shown = time.monotonic()
-        await until(pilot, lambda: stall_of(app) is not None, timeout=25)
-        assert time.monotonic() - shown < 20
+        await until(pilot, lambda: app.frames_rendered > 0)
+        await until(pilot, lambda: stall_of(app) is not None)
         stall = stall_of(app)
         await pilot.pause()
         text = screen_text(app)
@@ -82,9 +82,9 @@ async def test_demo_stall_shows_in_the_panel_and_p_shows_the_diagnosis(agents_he
         assert app.table.selected_row().pid == stall.pid
         # On a cold start torch may still be importing when the stall shows (the rule sees
         # the busy process without the agent's telemetry): `p` needs the agent listening.
-        await until(pilot, lambda: stall.pid in list_agents(), timeout=20)
+        await until(pilot, lambda: stall.pid in list_agents())
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen), timeout=20)
+        await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen))
         screen = app.screen
         trace = Path(screen.trace)
         assert trace.exists() and trace.parent == agents_here
@@ -96,7 +96,7 @@ async def test_demo_stall_shows_in_the_panel_and_p_shows_the_diagnosis(agents_he
         assert "Where the step time went" in text and "Fix:" in text
         assert not app.capture_line.display  # the progress line is gone
         await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen), timeout=5)
+        await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen))
         await pilot.press("q")
 
 
@@ -105,7 +105,7 @@ async def test_auto_capture_attaches_verdict_and_trace_to_the_finding(agents_her
     app = GputopApp(demo="input-starved", interval=0.5, auto_capture=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: "capture: dataloader-stall, trace " in app.findings.text.plain,
-                    timeout=45)
+                    timeout=2 * SLOW)
         stall = stall_of(app)
         note = app.capture_notes[(stall.id, stall.gpu, stall.pid)]
         trace = Path(note.split(", trace ", 1)[1])
@@ -119,19 +119,15 @@ async def test_auto_capture_attaches_verdict_and_trace_to_the_finding(agents_her
 
 
 @pytest.fixture
-def idle_job(agents_here):
+def idle_job(agents_here, spawn):
     """A process with torch and the agent that never takes an optimizer step."""
-    job = subprocess.Popen(
+    job = spawn(
         [sys.executable, "-c", "import torch, gputop.agent, time; gputop.agent.install(); "
-         "print('ready', flush=True); time.sleep(120)"],
+         "print('ready', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True, env=cli_env())
-    try:
-        assert job.stdout.readline().strip() == "ready"
-        wait_for(lambda: job.pid in list_agents(), timeout=10)
-        yield job
-    finally:
-        job.kill()
-        job.wait()
+    assert job.stdout.readline().strip() == "ready"
+    wait_for(lambda: job.pid in list_agents(), timeout=SLOW)
+    return job
 
 
 @run_async
@@ -140,16 +136,16 @@ async def test_p_shows_progress_then_a_one_line_error_when_no_step_comes(idle_jo
     proc = ProcSample(pid=idle_job.pid, name="python", cpu_percent=1.0, user="tester",
                       state="sleeping", create_time=ps.create_time(), cmdline="python job")
     app = GputopApp(snapshots=with_process(scenario_snapshots("tour", 5), proc),
-                    capture_timeout=2.0)
+                    capture_timeout=10.0)  # long enough to see the progress line
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.table.row_count > 0, timeout=10)
+        await until(pilot, lambda: app.table.row_count > 0)
         app.table.move_cursor(row=app.table.get_row_index(str(idle_job.pid)))
         await pilot.press("p")
-        await until(pilot, lambda: app.capture_line.display, timeout=5)
+        await until(pilot, lambda: app.capture_line.display)
         await pilot.pause()
         assert f"capture of pid {idle_job.pid}:" in screen_text(app)
         await until(pilot, lambda: any("no optimizer step" in n.message
-                                       for n in app._notifications), timeout=10)
+                                       for n in app._notifications))
         note = next(n for n in app._notifications if "no optimizer step" in n.message)
         assert "\n" not in note.message and note.severity == "error"
         assert not app.capture_line.display and not app.captures
@@ -165,8 +161,8 @@ def test_request_capture_errors_are_one_line_agent_errors(idle_job):
     with pytest.raises(AgentError) as stopped:
         request_capture(idle_job.pid, should_stop=lambda: time.monotonic() - started > 0.5)
     assert stopped.value.code == "cancelled"
-    wait_for(lambda: (agent_status(idle_job.pid) or {}).get("capture", {}).get("state")
-             == "idle", timeout=10)
+    wait_for(lambda: (agent_status(idle_job.pid, timeout=ANSWER_S) or {}).get("capture", {})
+             .get("state") == "idle", timeout=SLOW)
     # A process without an agent.
     with pytest.raises(AgentError) as none:
         request_capture(os.getpid())

@@ -17,10 +17,10 @@ from gputop.tui.auto_capture import MIN_INTERVAL_S, AutoCapturePolicy
 from gputop.tui.rows import build_rows
 from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
 from gputop.tui.widgets.findings import findings_text
-from tests.conftest import TRACES
+from tests.conftest import SLOW, TRACES
 from tests.tui_data import scenario_snapshots, screen_text
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(2 * SLOW)
 
 STARVED = scenario_snapshots("input-starved", 40)
 NW0 = TRACES / "resnet50_nw0.pt.trace.json.gz"
@@ -34,7 +34,7 @@ def run_async(test):
     return wrapper
 
 
-async def until(pilot, condition, timeout: float = 10.0):
+async def until(pilot, condition, timeout: float = SLOW):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from gputop.tui.app import GputopApp
+from tests.conftest import SLOW
 from tests.tui_data import scenario_snapshots
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(2 * SLOW)
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +26,9 @@ def utc(monkeypatch):
 
 
 async def first_frame(pilot) -> None:
-    for _ in range(200):
-        if pilot.app.frames_rendered and pilot.app.table.row_count:
-            break
+    deadline = time.monotonic() + SLOW
+    while not (pilot.app.frames_rendered and pilot.app.table.row_count):
+        assert time.monotonic() < deadline, f"no frame within {SLOW} s"
         await pilot.pause(0.01)
     await pilot.pause()
 

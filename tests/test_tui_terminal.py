@@ -1,24 +1,26 @@
 """The live monitor in a real terminal (tmux): the acceptance commands of the issue, run the
-way a person would, plus NO_COLOR, resizes and the terminal going away (an SSH drop)."""
+way a person would, plus NO_COLOR, resizes and the terminal going away (an SSH drop).
+
+Each wait is for what the person would see, with a generous timeout: how fast the monitor
+starts and quits is measured by benchmarks/bench_startup.py, not asserted here. Without tmux
+these tests are skipped, except in CI (CI=true), where they fail: CI must run them."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 import psutil
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli, wait_for
+from tests.conftest import REPO, SLOW, cli_env, end_processes, run_cli, wait_for
 
-pytestmark = [
-    pytest.mark.timeout(90),
-    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
-]
+# Generous per test: a few waits of up to SLOW each on a loaded machine.
+pytestmark = pytest.mark.timeout(4 * SLOW)
 
 GPUTOP = f"{sys.executable} -m gputop"
 # Any SGR sequence that sets or resets a colour: 30-49 (incl. 38;5/38;2 and 39/49), 90-107.
@@ -38,7 +40,7 @@ class Tmux:
 
     def tmux(self, *args: str) -> str:
         done = subprocess.run(["tmux", "-L", self.socket, *args], env=self.env,
-                              capture_output=True, text=True, timeout=10)
+                              capture_output=True, text=True, timeout=SLOW)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -62,13 +64,35 @@ class Tmux:
             pass
         return None
 
+    def processes(self) -> list[psutil.Process]:
+        """The tmux server of this socket (it daemonizes: not a child of the test) and every
+        process under it."""
+        try:
+            server = psutil.Process(self.shell_pid).parent()
+            return [server, *server.children(recursive=True)] if server else []
+        except psutil.Error:
+            return []
+
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
-                       timeout=10)
+                       timeout=SLOW)
+
+
+def tmux_or_skip() -> None:
+    """Skip without tmux; in CI (CI=true) fail instead: there the terminal tests must run."""
+    if shutil.which("tmux") is not None:
+        return
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail("tmux is not installed: the terminal tests need it (CI=true: not skipped)",
+                    pytrace=False)
+    pytest.skip("needs tmux")
 
 
 @pytest.fixture
 def terminal():
+    """``term = terminal(width, height, **env)``: a private tmux server; when the test ends,
+    pass or fail, the server and everything still running in it are ended."""
+    tmux_or_skip()
     made: list[Tmux] = []
 
     def make(width: int, height: int, **env: str) -> Tmux:
@@ -78,15 +102,16 @@ def terminal():
 
     yield make
     for t in made:
-        t.kill()
+        running = t.processes()
+        t.kill()  # the pane's shell and gputop get SIGHUP,
+        end_processes(running)  # and whatever is left is killed
 
 
-def start(term: Tmux, args: str = "--demo tour") -> tuple[psutil.Process, float]:
+def start(term: Tmux, args: str = "--demo tour") -> psutil.Process:
     # The prompt is set so "the shell is usable" has something exact to wait for.
     term.type(f"cd {REPO} && PS1='$ '")
-    started = time.monotonic()
     term.type(f"{GPUTOP} {args}; echo exit=$?")
-    return wait_for(term.gputop, timeout=5), started
+    return wait_for(term.gputop, timeout=SLOW)
 
 
 def descendants(proc: psutil.Process) -> list[psutil.Process]:
@@ -116,33 +141,33 @@ def shows_monitor(screen: str) -> bool:
     )
 
 
-def quit_and_check_shell(term: Tmux, proc: psutil.Process) -> float:
-    """Press q; return how long the process took to end; check the shell answers after."""
+def wait_for_monitor(term: Tmux) -> None:
+    wait_for(lambda: shows_monitor(term.capture()), timeout=SLOW)
+
+
+def quit_and_check_shell(term: Tmux, proc: psutil.Process) -> None:
+    """Press q: gputop ends with 0, its stand-ins with it, and the shell answers after."""
     standins = descendants(proc)
     assert standins, "the demo's stand-in processes run under gputop"
     term.keys("q")
-    pressed = time.monotonic()
-    proc.wait(timeout=5)
-    took = time.monotonic() - pressed
-    wait_for(lambda: "exit=0" in term.capture(), timeout=5)
+    proc.wait(timeout=SLOW)
+    wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW)
     term.type("echo shell-ok-$((6*7))")
-    wait_for(lambda: "shell-ok-42" in term.capture(), timeout=5)
-    wait_for(lambda: gone(standins), timeout=5)
-    return took
+    wait_for(lambda: "shell-ok-42" in term.capture(), timeout=SLOW)
+    wait_for(lambda: gone(standins), timeout=SLOW)
 
 
 def test_tour_at_120x40_then_q(terminal):
     term = terminal(120, 40)
-    proc, started = start(term)
-    wait_for(lambda: shows_monitor(term.capture()), timeout=10)
-    assert time.monotonic() - started < 3.0, term.capture()
-    assert quit_and_check_shell(term, proc) < 1.0
+    proc = start(term)
+    wait_for_monitor(term)
+    quit_and_check_shell(term, proc)
 
 
 def test_80x24_keeps_the_essentials_and_a_resize_uses_the_space(terminal):
     term = terminal(80, 24)
-    proc, _ = start(term)
-    wait_for(lambda: shows_monitor(term.capture()), timeout=10)
+    proc = start(term)
+    wait_for_monitor(term)
     small = term.capture().splitlines()
     assert len(small) == 24 and max(len(line) for line in small) <= 80
     assert any("q Quit" in line for line in small)  # the footer is not clipped
@@ -154,17 +179,31 @@ def test_80x24_keeps_the_essentials_and_a_resize_uses_the_space(terminal):
         return (len(lines) == 60 and "╭─  0 · NVIDIA A100-SXM4-80GB" in "\n".join(lines)
                 and "findings" in "\n".join(lines) and "q Quit" in lines[-1])
 
-    wait_for(uses_space, timeout=10)
+    wait_for(uses_space, timeout=SLOW)
     big = term.capture()
     assert sum(1 for line in big.splitlines() if len(line.rstrip()) > 150) > 30
-    assert quit_and_check_shell(term, proc) < 1.0
+    quit_and_check_shell(term, proc)
+
+
+def header_time(screen: str) -> str | None:
+    """The time of the sample shown in the header (it changes with every tick)."""
+    lines = screen.splitlines()
+    found = re.search(r"\b\d\d:\d\d:\d\d\s*$", lines[0]) if lines else None
+    return found.group().strip() if found else None
 
 
 def test_no_color_leaves_no_colour_escapes(terminal):
     term = terminal(120, 40, NO_COLOR="1")
-    proc, _ = start(term)
-    wait_for(lambda: shows_monitor(term.capture()), timeout=10)
-    time.sleep(1.5)  # let a few ticks repaint: each must stay colourless too
+    proc = start(term)
+    wait_for_monitor(term)
+    # Let a few ticks repaint (three different sample times seen): each must stay colourless.
+    seen = set()
+
+    def repainted() -> bool:
+        seen.add(header_time(term.capture()))
+        return len(seen - {None}) >= 3
+
+    wait_for(repainted, timeout=SLOW, interval=0.2)
     raw = term.capture(escapes=True)
     assert shows_monitor(raw)
     assert not COLOUR_SGR.search(raw), repr(COLOUR_SGR.search(raw).group())
@@ -175,8 +214,8 @@ def test_no_color_leaves_no_colour_escapes(terminal):
 def test_colour_is_there_without_no_color(terminal):
     """The check above can fail: without NO_COLOR the same capture carries colours."""
     term = terminal(120, 40)
-    proc, _ = start(term)
-    wait_for(lambda: shows_monitor(term.capture()), timeout=10)
+    proc = start(term)
+    wait_for_monitor(term)
     assert COLOUR_SGR.search(term.capture(escapes=True))
     quit_and_check_shell(term, proc)
 
@@ -184,26 +223,26 @@ def test_colour_is_there_without_no_color(terminal):
 def test_terminal_hangup_ends_gputop_and_its_demo(terminal):
     """An SSH drop: the terminal goes away under the running monitor."""
     term = terminal(120, 40)
-    proc, _ = start(term)
-    wait_for(lambda: shows_monitor(term.capture()), timeout=10)
+    proc = start(term)
+    wait_for_monitor(term)
     standins = descendants(proc)
     assert standins
     term.kill()  # the pty closes: SIGHUP, then reads and writes fail
-    proc.wait(timeout=5)
-    wait_for(lambda: gone(standins), timeout=5)
+    proc.wait(timeout=SLOW)
+    wait_for(lambda: gone(standins), timeout=SLOW)
 
 
 def test_sigterm_restores_the_terminal(terminal):
     term = terminal(100, 30)
-    proc, _ = start(term)
-    wait_for(lambda: shows_monitor(term.capture()), timeout=10)
+    proc = start(term)
+    wait_for_monitor(term)
     standins = descendants(proc)
     proc.terminate()
-    proc.wait(timeout=5)
-    wait_for(lambda: "exit=143" in term.capture(), timeout=5)
+    proc.wait(timeout=SLOW)
+    wait_for(lambda: "exit=143" in term.capture(), timeout=SLOW)
     term.type("echo shell-ok-$((6*7))")
-    wait_for(lambda: "shell-ok-42" in term.capture(), timeout=5)
-    wait_for(lambda: gone(standins), timeout=5)
+    wait_for(lambda: "shell-ok-42" in term.capture(), timeout=SLOW)
+    wait_for(lambda: gone(standins), timeout=SLOW)
 
 
 def test_without_a_terminal_it_says_so_in_one_line():

@@ -7,9 +7,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
-from tests.conftest import REPO, cli_env
+import pytest
+
+from tests.conftest import REPO, SLOW, cli_env, end_popen, wait_for
 
 EXPECTED = {
     "input-starved": "dataloader-stall",
@@ -23,47 +24,66 @@ HEALTHY_S = 40  # the acceptance runs 60 s by hand; 40 s keeps CI short and stil
 
 
 class Watch:
-    """A `gputop watch --json` process whose lines are collected with their arrival times."""
+    """A `gputop watch --json` process whose lines are collected as they arrive."""
 
-    def __init__(self, scenario: str, duration: float) -> None:
-        self.started = time.monotonic()
+    def __init__(self, scenario: str, duration: float | None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gputop", "--demo", scenario, "watch", "--json",
-             "--duration", str(duration)],
+             *(["--duration", str(duration)] if duration is not None else [])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO,
         )
-        self.events: list[tuple[float, dict]] = []
+        self.events: list[dict] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            self.events.append((time.monotonic() - self.started, json.loads(line)))
+            self.events.append(json.loads(line))
 
-    def first(self, finding_id: str) -> float | None:
-        return next((t for t, e in self.events if e["id"] == finding_id and e["state"] == "raised"), None)
+    def raised(self, finding_id: str) -> bool:
+        return any(e["id"] == finding_id and e["state"] == "raised" for e in self.events)
 
 
-def test_each_scenario_raises_its_finding_within_20_s_and_healthy_raises_nothing():
-    watches = {name: Watch(name, 30) for name in EXPECTED}
-    healthy = Watch("healthy", HEALTHY_S)
-    deadline = time.monotonic() + 25
-    while time.monotonic() < deadline and not all(w.first(EXPECTED[n]) for n, w in watches.items()):
-        time.sleep(0.2)
-    for watch in watches.values():
-        watch.proc.send_signal(signal.SIGINT)  # Ctrl-C: exits 130
-    for name, watch in watches.items():
-        assert watch.proc.wait(10) == 130, (name, watch.proc.stderr.read())
-        watch.reader.join(5)
-        at = watch.first(EXPECTED[name])
-        assert at is not None, (name, [e["id"] for _, e in watch.events])
-        assert at <= 20, (name, at)
-        event = next(e for _, e in watch.events if e["id"] == EXPECTED[name])
+@pytest.fixture
+def watch():
+    """``w = watch(scenario, duration=None)``: a `gputop watch` the test owns; when the test
+    ends, pass or fail, it and its demo's stand-ins are ended."""
+    started: list[Watch] = []
+
+    def start(scenario: str, duration: float | None = None) -> Watch:
+        started.append(Watch(scenario, duration))
+        return started[-1]
+
+    yield start
+    for w in started:
+        end_popen(w.proc)
+        w.reader.join(SLOW)
+
+
+@pytest.mark.timeout(4 * SLOW + HEALTHY_S)
+def test_each_scenario_raises_its_finding_and_healthy_raises_nothing(watch):
+    # Until Ctrl-C: each runs until its finding is in. (How soon after the start each finding
+    # raises is measured by benchmarks/bench_findings.py, not asserted: a loaded machine is
+    # slower, not wrong.)
+    watches = {name: watch(name) for name in EXPECTED}
+    healthy = watch("healthy", HEALTHY_S)
+
+    def all_raised() -> bool:
+        return all(w.raised(EXPECTED[n]) or w.proc.poll() is not None for n, w in watches.items())
+
+    wait_for(all_raised, timeout=2 * SLOW, interval=0.2)
+    for watch_ in watches.values():
+        watch_.proc.send_signal(signal.SIGINT)  # Ctrl-C: exits 130
+    for name, watch_ in watches.items():
+        assert watch_.proc.wait(SLOW) == 130, (name, watch_.proc.stderr.read())
+        watch_.reader.join(SLOW)
+        assert watch_.raised(EXPECTED[name]), (name, [e["id"] for e in watch_.events])
+        event = next(e for e in watch_.events if e["id"] == EXPECTED[name])
         assert set(event) >= {"time", "host", "gpu", "pid", "id", "severity", "evidence", "fix",
                               "state"}
         assert event["evidence"] and event["fix"]
-    assert healthy.proc.wait(HEALTHY_S + 15) == 0
-    healthy.reader.join(5)
+    assert healthy.proc.wait(HEALTHY_S + SLOW) == 0
+    healthy.reader.join(SLOW)
     assert healthy.events == []
     assert "Traceback" not in healthy.proc.stderr.read()
 
@@ -71,10 +91,10 @@ def test_each_scenario_raises_its_finding_within_20_s_and_healthy_raises_nothing
 def test_human_output_and_bad_duration():
     result = subprocess.run([sys.executable, "-m", "gputop", "--demo", "gpu-lost", "watch",
                              "--duration", "13"], capture_output=True, text=True, env=cli_env(),
-                            cwd=REPO, timeout=60)
+                            cwd=REPO, timeout=SLOW)
     assert result.returncode == 0
     assert "RAISED" in result.stdout and "hardware-errors" in result.stdout
     assert "fix:" in result.stdout
     bad = subprocess.run([sys.executable, "-m", "gputop", "watch", "--duration", "-1"],
-                         capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=30)
+                         capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=SLOW)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -12,11 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import REPO, cli_env, wait_for
+from tests.conftest import REPO, SLOW, cli_env, end_popen, wait_for
 
 SCRIPTS = Path(__file__).resolve().parent
 TRAIN = SCRIPTS / "slow_loader_train.py"
 INFERENCE = SCRIPTS / "inference_loop.py"
+
+# How long one request may take to be answered by the agent of a busy job on a loaded machine
+# (the agent answers from a thread of a process that is training flat out).
+ANSWER_S = 10.0
 
 
 def private_runtime_dir() -> Path:
@@ -75,24 +78,40 @@ def train_cmd(*args: str) -> list[str]:
 
 @contextmanager
 def running(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
-    """Make sure a job never outlives its test."""
+    """Make sure a job, and every process it started (DataLoader workers, torchrun's ranks),
+    never outlives its test or fixture, pass or fail."""
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        try:
-            proc.communicate(timeout=30)
-        except ValueError:
-            pass  # the test already read the output
+        end_popen(proc)
 
 
-def wait_for_steps(pid: int, steps: int = 2, timeout: float = 60.0) -> dict:
+def wait_for_steps(pid: int, steps: int = 2, timeout: float = SLOW) -> dict:
     """Poll the agent's status until it has counted ``steps`` optimizer steps."""
     from gputop.agent.client import agent_status
 
     def ready() -> dict | None:
-        status = agent_status(pid, timeout=1.0)
+        status = agent_status(pid, timeout=ANSWER_S)
         return status if status and (status.get("steps") or 0) >= steps else None
 
     return wait_for(ready, timeout=timeout, interval=0.1)
+
+
+def status_of(pid: int, timeout: float = SLOW) -> dict:
+    """The agent's status, asked again until it answers (a loaded machine can delay one)."""
+    from gputop.agent.client import agent_status
+
+    return wait_for(lambda: agent_status(pid, timeout=ANSWER_S), timeout=timeout, interval=0.1)
+
+
+def wait_for_more_steps(pid: int, more: int = 3, timeout: float = SLOW) -> dict:
+    """Wait until the job has taken ``more`` optimizer steps from now: training goes on."""
+    from gputop.agent.client import agent_status
+
+    steps = status_of(pid)["steps"]
+
+    def ahead() -> dict | None:
+        status = agent_status(pid, timeout=ANSWER_S)
+        return status if status and status["steps"] >= steps + more else None
+
+    return wait_for(ahead, timeout=timeout, interval=0.1)
