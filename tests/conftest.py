@@ -222,6 +222,18 @@ def spawn():
         end_popen(proc)
 
 
+@pytest.fixture
+def steady_agent_job(spawn):
+    """A CPU-only training job under `gputop run` (so with the agent), 50 steps/s, no
+    DataLoader; `gputop run` execs it, so the pid is the training process itself."""
+    train = str(REPO / "tests" / "scripts" / "steady_train.py")
+    job = spawn([sys.executable, "-m", "gputop", "run", "--", sys.executable, train,
+                 "--seconds", "600", "--step-ms", "20"],
+                env=cli_env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "training"
+    return job
+
+
 # -- the simulated driver --------------------------------------------------------------------
 
 

@@ -4,29 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from gputop.agent import client
-from tests.conftest import REPO, cli_env, wait_for
-
-TRAIN = str(REPO / "tests" / "scripts" / "steady_train.py")
+from tests.conftest import wait_for
 
 
 @pytest.fixture
-def trainer():
-    job = subprocess.Popen([sys.executable, "-m", "gputop", "run", "--", sys.executable, TRAIN,
-                            "--seconds", "600", "--step-ms", "20"],
-                           env=cli_env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.PIPE,
-                           text=True)
-    try:
-        assert job.stdout.readline().strip() == "training"
-        wait_for(lambda: (client.agent_status(job.pid) or {}).get("steps"), timeout=120)
-        yield job
-    finally:
-        job.kill()  # `gputop run` execs the job: this pid is the training process
-        job.wait(60)
+def trainer(steady_agent_job):
+    wait_for(lambda: (client.agent_status(steady_agent_job.pid) or {}).get("steps"), timeout=120)
+    return steady_agent_job
 
 
 @pytest.fixture

@@ -12,22 +12,11 @@ import pytest
 
 from tests.conftest import REPO, cli_env, run_cli
 
-TRAIN = str(REPO / "tests" / "scripts" / "steady_train.py")
-
 
 @pytest.fixture
-def cpu_job_with_agent():
+def cpu_job_with_agent(steady_agent_job):
     """A CPU-only training job with the agent on the same host: fast steps, no DataLoader."""
-    job = subprocess.Popen([sys.executable, "-m", "gputop", "run", "--", sys.executable, TRAIN,
-                            "--seconds", "600", "--step-ms", "20"],
-                           env=cli_env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.PIPE,
-                           text=True)
-    try:
-        assert job.stdout.readline().strip() == "training"
-        yield job
-    finally:
-        job.kill()  # `gputop run` execs the job: this pid is the training process
-        job.wait(60)
+    return steady_agent_job
 
 
 @pytest.mark.timeout(400)
