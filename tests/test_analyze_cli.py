@@ -38,8 +38,8 @@ def test_human_report_is_compact_and_complete():
     assert "Where the step time went" in out
     bar = next(line for line in out.splitlines() if line.startswith("  ["))
     assert len(bar) == 100 and bar.endswith("]")  # the report's default width
-    assert set(bar.strip()[1:-1]) <= set("CNMSALDH.")
-    assert "D DataLoader 33.4%" in out
+    assert set(bar.strip()[1:-1]) <= set("CNMSPAWDLH.Q?")
+    assert "D idle: DataLoader 33." in out
     for heading in ("Evidence:", "Fix:", "Next:", "Top CPU ops", "Top kernels", "Assessed:"):
         assert heading in out
     assert "ncu --kernel-name dgrad_engine" in out

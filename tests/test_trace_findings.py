@@ -70,7 +70,7 @@ def test_findings_are_ordered_by_cost_and_the_verdict_ignores_info():
 
 
 def test_healthy_reason_names_minor_findings_and_is_none_when_not_healthy():
-    assert healthy_reason([], "GPU busy 97%") == "GPU busy 97%; nothing on the host to fix"
+    assert healthy_reason([], "GPU busy 97%") == "GPU busy 97%"
     minor = healthy_reason([make("pageable-memcpy", "info", 0.1)], "GPU busy 90%")
     assert minor == "GPU busy 90%; minor only: pageable-memcpy"
     assert healthy_reason([make("host-sync", "warning", 0.1)], "x") is None

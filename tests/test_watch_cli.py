@@ -67,6 +67,7 @@ def test_each_scenario_raises_its_finding_and_healthy_raises_nothing(watch):
     # slower, not wrong.)
     watches = {name: watch(name) for name in EXPECTED}
     healthy = watch("healthy", HEALTHY_S)
+    tour = watch("tour", 30)
 
     def all_raised() -> bool:
         return all(w.raised(EXPECTED[n]) or w.proc.poll() is not None for n, w in watches.items())
@@ -86,6 +87,29 @@ def test_each_scenario_raises_its_finding_and_healthy_raises_nothing(watch):
     healthy.reader.join(SLOW)
     assert healthy.events == []
     assert "Traceback" not in healthy.proc.stderr.read()
+    assert tour.proc.wait(SLOW) == 0
+    tour.reader.join(SLOW)
+    assert_one_root_cause_per_gpu(tour.events)
+
+
+def assert_one_root_cause_per_gpu(events: list[dict]) -> None:
+    """Replay the raised/cleared lines: at no moment does a GPU have two active findings that
+    explain its lost work (the others are evidence of the one that won)."""
+    from gputop.diagnostics.live import ROOT_CAUSES
+
+    active: dict[tuple, dict] = {}
+    assert events
+    for e in events:
+        key = (e["id"], e["gpu"], e["pid"])
+        if e["state"] == "raised":
+            active[key] = e
+        else:
+            active.pop(key, None)
+        per_gpu: dict = {}
+        for f in active.values():
+            if f["id"] in ROOT_CAUSES and f["gpu"] is not None:
+                per_gpu.setdefault(f["gpu"], set()).add(f["id"])
+        assert all(len(ids) == 1 for ids in per_gpu.values()), (e["time"], per_gpu)
 
 
 def test_human_output_and_bad_duration():

@@ -172,7 +172,19 @@ def _capture(pid: int, message: dict[str, Any], show_progress: bool) -> dict[str
         raise UsageError(safe_text(exc), exit_code=1) from None
 
 
-def _analysis(trace: str, as_json: bool, limits: Any = None) -> tuple[str, int]:
+def process_cmdline(pid: int) -> list[str] | None:
+    """The command line of the captured process, for next steps that relaunch it under a
+    profiler (None when it cannot be read)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).cmdline() or None
+    except Exception:
+        return None
+
+
+def _analysis(trace: str, as_json: bool, limits: Any = None,
+              pid: int | None = None) -> tuple[str, int]:
     """The `gputop analyze` report of the trace, and the exit status."""
     try:
         from gputop.diagnostics.trace import TraceError, analyze_trace
@@ -183,7 +195,10 @@ def _analysis(trace: str, as_json: bool, limits: Any = None) -> tuple[str, int]:
             return json.dumps({"trace": trace, "error": note}), 1
         return f"trace: {trace}\n{note}", 1
     try:
-        result = analyze_trace(trace, limits) if limits is not None else analyze_trace(trace)
+        kwargs: dict = {"pid": pid, "cmdline": process_cmdline(pid) if pid else None}
+        if limits is not None:
+            kwargs["limits"] = limits
+        result = analyze_trace(trace, **kwargs)
     except TraceError as exc:
         if as_json:
             return json.dumps({"trace": trace, "error": str(exc)}), 1
@@ -208,6 +223,6 @@ def run(args: argparse.Namespace) -> int:
     pid = _validate(args)
     message = _request(args)
     reply = _capture(pid, message, show_progress=True)
-    text, status = _analysis(reply["trace"], args.json, trace_limits(reply))
+    text, status = _analysis(reply["trace"], args.json, trace_limits(reply), pid=pid)
     print(text)
     return status

@@ -18,7 +18,7 @@ CATALOGUE: dict[str, str] = {
     "dataloader-stall": "the input pipeline starves the GPU",
     "host-sync": "the GPU runs dry because the CPU blocked on it (.item(), .cpu(), synchronize)",
     "pageable-memcpy": "host-device copies from pageable memory, or blocking copies",
-    "launch-bound": "CPU/launch overhead: many tiny kernels with gaps between them",
+    "launch-bound": "the GPU waits on the host's launch path (operator dispatch, kernel launches)",
     "communication": "collectives take a large share of the step and are not overlapped",
     "allocator-churn": "cudaMalloc/cudaFree in steady state",
     "long-gpu-gaps": "the GPU sits idle for long stretches (checkpoint, eval, logging)",
@@ -27,12 +27,12 @@ CATALOGUE: dict[str, str] = {
     "memory-growth": "memory rising steadily over time (a leak)",
     "throttling": "clocks held down by power or thermal limits",
     "pcie-bound": "host-to-device traffic high while the GPU waits",
-    "gpu-idle": "GPU allocated but idle, CPU idle too (I/O, communication, a hang)",
+    "gpu-idle": "the GPU idles while the host does other work or waits (Python, I/O, a hang)",
     "hung": "no GPU work and no step progress for a long time",
     "contention": "several processes share one GPU",
     "imbalance": "GPUs of one job do unequal work (a straggler)",
     "hardware-errors": "XID / ECC / remapped-row events",
-    "cold-start": "the window is start-up (context, first allocations, autotune, compile)",
+    "cold-start": "the trace is start-up (context, first allocations, autotune, compile)",
 }
 
 
@@ -102,5 +102,5 @@ def healthy_reason(findings: Iterable[Finding], summary: str) -> str | None:
     if actionable(findings):
         return None
     minor = [f.id for f in order_findings(findings)]
-    tail = f"; minor only: {', '.join(minor)}" if minor else "; nothing on the host to fix"
+    tail = f"; minor only: {', '.join(minor)}" if minor else ""
     return f"{summary}{tail}"

@@ -21,18 +21,29 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 
 import numpy as np
 
+from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding, order_findings
 from gputop.model import GpuSample, ProcSample, Snapshot
 
 WINDOW_S = 10.0  # most rules look at the last 10 s
+# The same severity scale as the trace rules (cost share of the time): a finding that costs
+# 5% is a warning, 25% critical, so a live finding and a capture of the same job agree.
+WARNING_SHARE = 0.05
+CRITICAL_SHARE = 0.25
+# memory-growth fits a line to up to MEMORY_WINDOW_S of samples; it needs MEMORY_MIN_S of them
+# to raise, and a rise that has held MEMORY_CRITICAL_S (not the allocator's first fill) to be
+# called critical.
+MEMORY_MIN_S = 10.0
+MEMORY_CRITICAL_S = 60.0
 HUNG_S = 60.0
 MEMORY_WINDOW_S = 300.0
 KEEP_S = 330.0
@@ -77,15 +88,32 @@ def _linear_fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
     return sxy / sxx, (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
 
 
+def severity_for(share: float) -> str:
+    if share >= CRITICAL_SHARE:
+        return "critical"
+    return "warning" if share >= WARNING_SHARE else "info"
+
+
 def _gib(value: float) -> str:
     return f"{value / 1024**3:.1f} GiB"
 
 
-def _nsys(pid: int | None) -> str:
-    target = f"--pid {pid} " if pid else ""
-    return (
-        f"gputop capture {pid} --steps 5" if pid else "gputop capture PID --steps 5"
-    ) + f"  (or: nsys profile {target}-t cuda,nvtx,osrt --duration 30 -o gputop-stall)"
+def _look_deeper(gpus: list[GpuSample], pid: int | None, extra: str = "") -> str:
+    """A command that runs as printed on the live process: a capture through its agent, else
+    py-spy on its Python stacks (Nsight tools cannot attach to a running process)."""
+    if pid is None:
+        return "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"
+    procs = _proc_series(gpus, pid)
+    if procs and procs[-1].agent:
+        return ns.gputop_capture(pid) + extra
+    return ns.pyspy_dump(pid)
+
+
+def _relaunch(gpus: list[GpuSample], pid: int | None) -> str:
+    """The process's own command line, to relaunch it under a profiler."""
+    procs = _proc_series(gpus, pid) if pid is not None else []
+    cmdline = procs[-1].cmdline if procs else ""
+    return ns.app_of(shlex.split(cmdline)) if cmdline else ns.APP
 
 
 @dataclass(frozen=True)
@@ -147,14 +175,24 @@ def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
     out = []
     for index, gpus in ctx.per_gpu():
         util = _mean(g.util_gpu for g in gpus)
-        if util is None or util >= 50:
+        if util is None:
             continue
+        idle = 1 - util / 100  # NVML utilization counts time with any kernel running
         for pid in _pids(gpus):
             load = _tree_load(ctx, gpus, pid)
             main_cpu, n_workers, worker_cpu = load.main_cpu, load.n_workers, load.worker_cpu
             wait_share, host_cpu = load.wait_share, load.host_cpu
-            if wait_share is not None and wait_share >= 0.3:
-                why = f"the training loop waits for the DataLoader {wait_share * 100:.0f}% of each step (agent)"
+            if wait_share is not None:
+                # The agent times the loop's wait in DataLoader.__next__ directly: it decides,
+                # whatever NVML's indirect utilization says. The GPU cannot lose more than it
+                # is idle, so the cost is the smaller of the two.
+                share = min(wait_share, idle)
+                if wait_share < WARNING_SHARE or share < WARNING_SHARE:
+                    continue
+                why = (f"the agent measures the training loop waiting for the DataLoader "
+                       f"{wait_share * 100:.0f}% of each step (NVML: GPU busy {util:.0f}%)")
+            elif util >= 50:
+                continue
             elif n_workers and worker_cpu is not None and worker_cpu >= 60:
                 why = f"its {n_workers} DataLoader workers run at {worker_cpu:.0f}% of a core each"
             elif n_workers and load.worker_runnable >= 0.7 and host_cpu >= 90:
@@ -168,15 +206,17 @@ def rule_dataloader_stall(ctx: _Context) -> list[Finding]:
                        f"({main_cpu or 0:.0f}% of a core): loading in the training loop, num_workers=0")
             else:
                 continue
+            if wait_share is None:
+                share = idle
             out.append(Finding(
                 id="dataloader-stall",
-                severity="critical" if util < 25 else "warning",
+                severity=severity_for(share),
                 title=f"GPU {index} starved by the input pipeline of pid {pid}",
                 evidence=f"GPU {index} busy {util:.0f}% over {WINDOW_S:.0f} s while {why}",
                 fix=("Raise DataLoader num_workers (up to the free cores), set pin_memory=True and "
                      "persistent_workers=True, move heavy transforms to the GPU or precompute them"),
-                next_step=_nsys(pid),
-                cost_s=(100 - util) / 100 * WINDOW_S,
+                next_step=_look_deeper(gpus, pid),
+                cost_s=share * WINDOW_S,
                 gpu=index,
                 pid=pid,
             ))
@@ -211,7 +251,7 @@ def rule_host_sync(ctx: _Context) -> list[Finding]:
                           f"({main_cpu or 0:.0f}% of a core, runnable {runnable * 100:.0f}% of the time)"),
                 fix=("Remove per-step .item() / .cpu() / print(loss) / torch.cuda.synchronize() from "
                      "the loop; accumulate metrics on the GPU and read them every N steps"),
-                next_step=_nsys(pid),
+                next_step=_look_deeper(gpus, pid),
                 cost_s=low * WINDOW_S,
                 gpu=index,
                 pid=pid,
@@ -231,6 +271,11 @@ def rule_gpu_idle(ctx: _Context) -> list[Finding]:
         tree_cpu = _mean(p.tree_cpu_percent for g in gpus for p in g.processes if p.visible)
         if tree_cpu is not None and tree_cpu >= 20:
             continue  # the CPU is working: another rule's business
+        # On a saturated host a CPU-bound process gets little CPU time but is runnable all
+        # the time: it is starved of CPU, not waiting on I/O (the input-pipeline rule's case).
+        loads = [_tree_load(ctx, gpus, p.pid) for p in last.processes if p.visible]
+        if any(ld.main_runnable >= 0.5 or ld.worker_runnable >= 0.5 for ld in loads):
+            continue
         pids = ", ".join(str(p.pid) for p in last.processes)
         out.append(Finding(
             id="gpu-idle",
@@ -238,9 +283,9 @@ def rule_gpu_idle(ctx: _Context) -> list[Finding]:
             title=f"GPU {index} held but idle",
             evidence=(f"GPU {index} busy {util:.0f}% over {WINDOW_S:.0f} s with {_gib(last.mem_used)} "
                       f"allocated by pid {pids}; their CPU use {tree_cpu or 0:.0f}%"),
-            fix=("The job waits on something else: storage or network I/O, a peer rank, an "
-                 "evaluation on the CPU. Check the job's log and py-spy dump --pid PID"),
-            next_step=f"py-spy dump --pid {last.processes[0].pid}",
+            fix=("The job waits on something that is neither GPU nor CPU work: storage or "
+                 "network I/O, a peer rank, a lock; the Python stack shows where it waits"),
+            next_step=ns.pyspy_dump(last.processes[0].pid),
             cost_s=WINDOW_S,
             gpu=index,
             pid=last.processes[0].pid,
@@ -269,7 +314,7 @@ def rule_hung(ctx: _Context) -> list[Finding]:
             fix=("Look where it is stuck: a collective waiting for a dead rank (set "
                  "NCCL_DEBUG=INFO, TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a timeout), a deadlocked "
                  "DataLoader, or blocking I/O"),
-            next_step=f"py-spy dump --pid {pid} --native",
+            next_step=ns.pyspy_dump(pid, native=True),
             cost_s=HUNG_S,
             gpu=index,
             pid=pid,
@@ -331,15 +376,14 @@ def rule_memory(ctx: _Context) -> list[Finding]:
                 fix=("Lower the batch size or use gradient accumulation, activation checkpointing, "
                      "mixed precision; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
                      "against fragmentation"),
-                next_step="torch.cuda.memory._record_memory_history(); then "
-                          "torch.cuda.memory._dump_snapshot('mem.pickle') and open it in pytorch.org/memory_viz",
+                next_step=_memory_next_step(gpus, index),
                 gpu=index,
             ))
     cutoff = ctx.history[-1].time - MEMORY_WINDOW_S if ctx.history else 0.0
     for index, _ in ctx.per_gpu():
         times, gpus = ctx.timed(index, cutoff)
         pts = [(t, g.mem_used) for t, g in zip(times, gpus) if g.mem_used is not None]
-        if len(pts) < 8 or pts[-1][0] - pts[0][0] < 10:
+        if len(pts) < 8 or pts[-1][0] - pts[0][0] < MEMORY_MIN_S:
             continue
         ts, ys = [p[0] for p in pts], [float(p[1]) for p in pts]
         slope, r2 = _linear_fit(ts, ys)
@@ -348,20 +392,39 @@ def rule_memory(ctx: _Context) -> list[Finding]:
         if slope <= 0 or r2 < 0.9 or not total or rise < 0.01 * total:
             continue
         to_oom = (total - ys[-1]) / slope
+        span = ts[-1] - ts[0]
+        # Critical only for a rise that has lasted a minute: the caching allocator's first fill
+        # also rises steadily for some seconds.
+        critical = to_oom < 600 and span >= MEMORY_CRITICAL_S
+        full = "" if span >= MEMORY_WINDOW_S - 1 else (
+            f" (all {span:.0f} s of history so far; the fit uses up to "
+            f"{MEMORY_WINDOW_S / 60:.0f} min)")
         out.append(Finding(
             id="memory-growth",
-            severity="critical" if to_oom < 600 else "warning",
+            severity="critical" if critical else "warning",
             title=f"GPU {index} memory rising steadily",
-            evidence=(f"+{_gib(rise)} in {ts[-1] - ts[0]:.0f} s ({slope / 1024**2:.0f} MiB/s, "
+            evidence=(f"+{_gib(rise)} in {span:.0f} s{full} ({slope / 1024**2:.0f} MiB/s, "
                       f"R²={r2:.2f}); at this rate out of memory in {_duration(to_oom)}"),
             fix=("A leak: tensors kept across steps (losses appended without .item() or "
-                 ".detach(), a growing cache, retain_graph=True). Keep scalars, not graphs"),
-            next_step="torch.cuda.memory._record_memory_history(); dump a snapshot after a few "
-                      "hundred steps and look for the allocation that grows",
-            cost_s=ts[-1] - ts[0] if to_oom < 600 else 0.0,
+                 ".detach(), a growing cache, retain_graph=True). Keep scalars, not graphs; "
+                 "torch.cuda.memory._record_memory_history() and a snapshot after a few hundred "
+                 "steps show the allocation that grows"),
+            next_step=_memory_next_step(gpus, index),
+            cost_s=span if critical else 0.0,
             gpu=index,
         ))
     return out
+
+
+def _memory_next_step(gpus: list[GpuSample], index: int) -> str:
+    """Record the allocations of the process holding the most memory (through its agent), else
+    list who holds what."""
+    procs = [p for p in gpus[-1].processes if p.visible]
+    if procs:
+        top = max(procs, key=lambda p: p.gpu_mem or 0)
+        if top.agent:
+            return ns.gputop_capture(top.pid) + " --profile-memory"
+    return f"nvidia-smi --query-compute-apps=pid,used_memory --format=csv -i {index}"
 
 
 def rule_pcie(ctx: _Context) -> list[Finding]:
@@ -387,7 +450,9 @@ def rule_pcie(ctx: _Context) -> list[Finding]:
                       f"the Gen{gen} x{width} link while the GPU is busy {util:.0f}%"),
             fix=("Send less over the bus: keep data on the GPU across steps, send uint8 images and "
                  "normalise on the GPU, use pin_memory=True with non_blocking=True to overlap copies"),
-            next_step="nsys profile -t cuda,osrt --cuda-memory-usage=true --duration 20 -o pcie",
+            next_step=ns.nsys("pcie", app=_relaunch(gpus, _pids(gpus)[0] if _pids(gpus) else None),
+                              trace="cuda,osrt") + " && nsys stats --report=cuda_gpu_mem_size_sum,"
+                              "cuda_gpu_mem_time_sum pcie.nsys-rep",
             cost_s=(100 - util) / 100 * WINDOW_S,
             gpu=index,
         ))
@@ -452,7 +517,7 @@ def rule_imbalance(ctx: _Context) -> list[Finding]:
                       + ", ".join(f"GPU {i} {u:.0f}%" for i, u in sorted(utils.items()))),
             fix=("Find the straggler: uneven data shards or sequence lengths, a rank doing extra "
                  "logging or evaluation, a slower or throttled GPU. Balance the work per rank"),
-            next_step="gputop capture PID on the slow and a fast rank, then gputop analyze both traces",
+            next_step=_look_deeper(series.get(slow, []), _first_pid(series.get(slow, []))),
             gpu=slow,
         ))
     return out
@@ -505,7 +570,7 @@ def rule_launch_bound(ctx: _Context) -> list[Finding]:
                       "(GPM): many tiny kernels, launch overhead dominates"),
             fix=("Fuse the small kernels: torch.compile, CUDA graphs (torch.cuda.graphs or "
                  "mode='reduce-overhead'), larger batches"),
-            next_step=_nsys(pid),
+            next_step=_look_deeper(gpus, pid),
             cost_s=(100 - sm) / 100 * WINDOW_S,
             gpu=index,
             pid=pid,
@@ -526,6 +591,11 @@ RULES = (
     rule_hardware,
     rule_launch_bound,
 )
+
+
+def _first_pid(gpus: list[GpuSample]) -> int | None:
+    pids = _pids(gpus) if gpus else []
+    return pids[0] if pids else None
 
 
 def _pids(gpus: list[GpuSample]) -> list[int]:
@@ -560,6 +630,40 @@ def split_by_gpu(history: Iterable[Snapshot]) -> dict[int, tuple[list[float], li
     return by_gpu
 
 
+# Explanations of why a GPU does less work than it could. One GPU gets at most one at a time,
+# the most specific evidence first (no progress at all; a measured or saturated input
+# pipeline; a sync saw-tooth with a CPU-bound loop; a saturated link; lowered clocks; idle SMs
+# under busy kernels; a shared GPU; an uneven job; and last, idle with nothing else to blame).
+# The others that held are named in the winner's evidence, not reported beside it.
+# memory-pressure, memory-growth and hardware-errors are conditions, not explanations of the
+# same symptom, and are reported on their own.
+ROOT_CAUSES = ("hung", "dataloader-stall", "host-sync", "pcie-bound", "throttling",
+               "launch-bound", "contention", "imbalance", "gpu-idle")
+
+
+def _group(f: Finding) -> object:
+    return f.gpu if f.gpu is not None else ("pid", f.pid)
+
+
+def arbitrate(found: Iterable[Finding]) -> list[Finding]:
+    """One root cause per GPU (see ``ROOT_CAUSES``); the losing candidates become evidence."""
+    out: list[Finding] = []
+    groups: dict[object, list[Finding]] = {}
+    for f in found:
+        if f.id in ROOT_CAUSES:
+            groups.setdefault(_group(f), []).append(f)
+        else:
+            out.append(f)
+    for cands in groups.values():
+        cands.sort(key=lambda f: (ROOT_CAUSES.index(f.id), -f.cost_s))
+        win, others = cands[0], [c for c in cands[1:] if c.id != cands[0].id]
+        if others:
+            names = "; ".join(f"{c.id} ({c.title})" for c in others)
+            win = replace(win, evidence=f"{win.evidence}. Also held, explained by this: {names}")
+        out.append(win)
+    return out
+
+
 def evaluate(history: list[Snapshot], own_pid: int | None = None,
              by_gpu: dict[int, tuple[list[float], list[GpuSample]]] | None = None) -> list[Finding]:
     """Every finding whose condition holds at the newest snapshot (no hysteresis)."""
@@ -578,7 +682,7 @@ def evaluate(history: list[Snapshot], own_pid: int | None = None,
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(ctx))
-    return order_findings(found)
+    return order_findings(arbitrate(found))
 
 
 # -- hysteresis ---------------------------------------------------------------------------------
@@ -641,6 +745,13 @@ class LiveDiagnosis:
                 continue
             since = self._pending.setdefault(key, now)
             if now - since >= self.raise_after:
+                if finding.id in ROOT_CAUSES:
+                    # A new root cause for this GPU replaces the old one at once: never two.
+                    for other_key, other in list(self.active.items()):
+                        if other.id in ROOT_CAUSES and _group(other) == _group(finding):
+                            transitions.append(Transition("cleared", now, other))
+                            del self.active[other_key]
+                            self._absent.pop(other_key, None)
                 self.active[key] = finding
                 del self._pending[key]
                 transitions.append(Transition("raised", now, finding))

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gputop.diagnostics.findings import Finding, healthy_reason, order_findings, verdict
+from gputop.diagnostics.next_steps import app_of
 from gputop.diagnostics.trace_load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
 from gputop.diagnostics.trace_metrics import TraceMetrics, compute_metrics
 from gputop.diagnostics.trace_rules import healthy_summary, rank_imbalance, run_rules
@@ -60,14 +61,26 @@ def _gc_paused():
             gc.enable()
 
 
-def analyze_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> TraceAnalysis:
+def analyze_trace(
+    path: str | os.PathLike,
+    limits: LoadLimits = DEFAULT_LIMITS,
+    pid: int | None = None,
+    cmdline: Sequence[str] | None = None,
+) -> TraceAnalysis:
     """Load and diagnose one trace. Every failure, bad input or a shape the rules did not
-    foresee, is raised as ``TraceError`` with a one-line message: a trace is untrusted input."""
+    foresee, is raised as ``TraceError`` with a one-line message: a trace is untrusted input.
+
+    ``pid`` and ``cmdline``: the process the trace was captured from, when known (``gputop
+    capture``, ``p``), so the next steps name the real command instead of a placeholder."""
     try:
         with _gc_paused():
             data = load_trace(path, limits)
             tm = compute_metrics(data)
             del data  # events are no longer needed; the metrics keep what the rules read
+            if pid is not None:
+                tm.details["pid"] = pid
+            if cmdline:
+                tm.details["app"] = app_of(cmdline)
             findings = run_rules(tm)
         return _analysis(os.fspath(path), tm, findings)
     except TraceError:
@@ -117,6 +130,8 @@ def compare_ranks(analyses: Sequence[TraceAnalysis]) -> list[Finding]:
     sizes = {a.details.world_size for a in usable}
     if None in ranks or len(set(ranks)) != len(ranks) or len(sizes) != 1:
         return []
+    for a in usable:
+        a.details.details["rank_files"] = [a2.file for a2 in usable]
     return rank_imbalance([a.details for a in usable], _labels(usable))
 
 

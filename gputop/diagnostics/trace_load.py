@@ -62,6 +62,9 @@ class EventArgs(msgspec.Struct, gc=False):
     alloc_bytes: int | float | None = msgspec.field(default=None, name="Bytes")
     device_type: int | None = msgspec.field(default=None, name="Device Type")
     device_id: int | None = msgspec.field(default=None, name="Device Id")
+    # python_function frames: their own id and their caller's (the frame tree of with_stack).
+    python_id: int | float | str | None = msgspec.field(default=None, name="Python id")
+    python_parent_id: int | float | str | None = msgspec.field(default=None, name="Python parent id")
 
 
 class Event(msgspec.Struct, gc=False):

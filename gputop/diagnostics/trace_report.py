@@ -13,17 +13,22 @@ from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 from gputop.format import safe_text
 
 # Step-time roles in the bar: (metric key(s), letter, label). Letters, not colours, so the bar
-# survives copy-paste; the legend below it spells them out.
+# survives copy-paste; the legend below it spells them out. Busy roles first, then the causes
+# of idle time found by gap attribution.
 BAR_ROLES = (
-    (("compute",), "C", "GPU compute"),
-    (("communication",), "N", "communication"),
+    (("compute",), "C", "compute"),
+    (("communication",), "N", "communication (exposed)"),
     (("memcpy", "memset"), "M", "memcpy/memset"),
-    (("sync",), "S", "host sync"),
-    (("allocator",), "A", "cudaMalloc/Free"),
-    (("runtime",), "L", "launch/runtime"),
-    (("dataloader",), "D", "DataLoader"),
-    (("cpu",), "H", "host ops"),
-    (("other",), ".", "other"),
+    (("sync",), "S", "idle: host sync"),
+    (("copy",), "P", "idle: blocking copy"),
+    (("allocator",), "A", "idle: cudaMalloc/Free"),
+    (("startup",), "W", "idle: start-up"),
+    (("dataloader",), "D", "idle: DataLoader"),
+    (("launch",), "L", "idle: launch path"),
+    (("host",), "H", "idle: host work"),
+    (("unprofiled",), ".", "idle: nothing profiled"),
+    (("queued",), "Q", "idle: queued on the device"),
+    (("unrecorded",), "?", "idle: cause not recorded"),
 )
 
 
@@ -86,7 +91,7 @@ def _headline(a: TraceAnalysis) -> str:
         parts.append(f"{steps['count']} {kind}{plural} ({span})")
         parts.append(f"step {_ms(steps['mean_ms'])} mean, {_ms(steps['max_ms'])} max")
     else:
-        parts.append(f"whole trace {_ms(m['window']['dur_ms'])} (no steps recorded)")
+        parts.append(f"{_ms(m['window']['dur_ms'])} judged (no steps)")
     busy = m["gpu"]["busy_pct_of_steps"]
     if busy is not None:
         parts.append(f"GPU busy {busy:.1f}%")
@@ -106,10 +111,21 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         lines += _wrap(verdict, width, "", "  ")
 
     bd = m["step_breakdown"]
-    lines += ["", f"Where the step time went ({_ms(bd['ms']['total'])} in all)"]
+    what = "step time" if m["steps"]["count"] else "window"
+    lines += ["", f"Where the {what} went ({_ms(bd['ms']['total'])} in all)"]
     bar, legend = breakdown_bar(bd["pct"], width - 4)
     lines.append(f"  [{bar}]")
     lines += _wrap(legend, width, "  ", "  ")
+    lines += _wrap(f"Window: {m['window']['judged']}", width, "  ", "    ")
+    idle = m.get("idle_attribution") or {}
+    named = [
+        f"{cause} {row['pct']:.1f}% ({', '.join(label for label, _ in row['top'][:2])})"
+        for cause, row in sorted(idle.items(), key=lambda kv: -kv[1]["ms"])
+        if row.get("top") and row["pct"] >= 1
+    ]
+    if named:
+        lines += _wrap("Idle, by what the launching thread was doing: " + "; ".join(named[:4]),
+                       width, "  ", "    ")
 
     lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
     for i, f in enumerate(a.findings, 1):
@@ -134,7 +150,9 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         lines += _wrap(
             f"Kernels: {k['count']:,}, median {k['duration_us']['p50']:.1f} us, p90 "
             f"{k['duration_us']['p90']:.1f} us, {k['under_10us_pct']:.0f}% under 10 us; "
-            f"{k['launch_rate_per_s']:,.0f} launches/s ({k['launches_per_step']:,.0f} per step)",
+            f"{k['launch_rate_per_s']:,.0f} launches/s ({k['launches_per_step']:,.0f} per step); "
+            f"host {k.get('host_us_per_launch', 0):.0f} us in the launch path per launch vs "
+            f"{k.get('gpu_us_per_kernel', 0):.1f} us of GPU time per kernel",
             width,
             "",
             "     ",

@@ -637,9 +637,11 @@ class GputopApp(App[int]):
         trace = reply["trace"]
         tell(self._capture_stage, pid, "analyzing the trace")
         try:
+            from gputop.commands.capture import process_cmdline
             from gputop.diagnostics.trace import TraceError, analyze_trace
 
-            analysis = analyze_trace(trace, trace_limits(reply))
+            analysis = analyze_trace(trace, trace_limits(reply), pid=pid,
+                                     cmdline=process_cmdline(pid))
         except TraceError as exc:
             tell(self._capture_failed, pid, f"cannot analyze {trace}: {exc}")
             return
