@@ -1,14 +1,16 @@
 """`gputop stacks PID` on real plain training jobs (no agent, not started by gputop): the named
 function that burns the CPU comes out on top, with its line and share, whether it runs in the
 DataLoader (num_workers=0 or in workers) or in the main loop; a hung process shows every
-thread's whole stack. Failures are one line."""
+thread's whole stack; `gputop watch` prints where a stall is. Failures are one line."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -151,3 +153,31 @@ def test_failures_are_one_line(spawn):
     one_line_error(run_cli("stacks", "abc"), 2, "PID must be a process id")
     one_line_error(run_cli("stacks", str(sleeper.pid), "--seconds", "0"), 2, "--seconds")
 
+
+def test_watch_prints_where_the_stall_is(loader_job):
+    """The job stands on the demo's GPU 0 (GPUTOP_DEMO_PIDS): its dataloader-stall raises,
+    then a `where` line names the function."""
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gputop", "--demo", "input-starved", "watch", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env=cli_env(GPUTOP_DEMO_PIDS=f"0:{loader_job.pid}"))
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(json.loads(line)
+                                                           for line in watch.stdout),
+                              daemon=True)
+    reader.start()
+    try:
+        def located() -> dict | None:
+            return next((e for e in events if e["state"] == "where"), None)
+
+        event = wait_for(located, timeout=2 * SLOW, interval=0.2)
+        assert event["id"] == "dataloader-stall" and event["pid"] == loader_job.pid
+        assert event["where"].startswith("decode_sample (plain_train.py:"), event
+        raised = next(e for e in events if e["state"] == "raised"
+                      and e["id"] == "dataloader-stall")
+        assert "where" not in raised  # it is sampled after the raise, then told
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(SLOW) == 130
+        reader.join(SLOW)
+    finally:
+        end_popen(watch)

@@ -41,7 +41,8 @@ from textual.worker import get_current_worker
 from gputop.diagnostics.live import finding_key
 from gputop.format import safe_text
 from gputop.model import Snapshot
-from gputop.tui.auto_capture import AutoCapturePolicy
+from gputop.stacks.where import WhereFinder
+from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.layout import FINDINGS_WIDTH, Plan, plan_layout
 from gputop.tui.rows import groups
@@ -57,6 +58,7 @@ from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.process_view import ProcessScreen
+from gputop.tui.widgets.stacks_screen import StacksScreen
 from gputop.tui.widgets.text_line import TextLine
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
@@ -66,6 +68,16 @@ CAPTURE_STEPS = 3
 # costs 2.5x less than redrawn with the table's numbers); a finding that raises or clears, or
 # changes severity, shows at once.
 FINDINGS_PERIOD = 4.9
+
+
+def where_finder(auto_capture: bool) -> WhereFinder | None:
+    """The findings' "where" lines (py-spy), when py-spy is installed; with --auto-capture
+    every stall on a process without the agent gets one (stacks stand in for a capture)."""
+    from gputop.stacks.pyspy import find_py_spy
+
+    if find_py_spy() is None:
+        return None
+    return WhereFinder(ids_without_agent=STALL_IDS if auto_capture else ())
 
 
 def home_short(path: str) -> str:
@@ -160,7 +172,8 @@ class GputopApp(App[int]):
                                                            diagnose=bool(diagnose))
         else:
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
-                                    diagnose=diagnose is not False)
+                                    diagnose=diagnose is not False,
+                                    where=where_finder(auto_capture))
         self.auto_capture = AutoCapturePolicy() if auto_capture else None
         self.capture_timeout = capture_timeout
         self.captures: dict[int, CaptureRun] = {}
@@ -381,8 +394,8 @@ class GputopApp(App[int]):
         if findings == self._findings_shown:
             return
         same_keys = self._findings_shown is not None and (
-            [(finding_key(f), f.severity) for f in findings]
-            == [(finding_key(f), f.severity) for f in self._findings_shown])
+            [(finding_key(f), f.severity, f.where) for f in findings]
+            == [(finding_key(f), f.severity, f.where) for f in self._findings_shown])
         if same_keys and 0 <= frame.snapshot.time - self._findings_time < FINDINGS_PERIOD:
             return  # only the numbers changed: they wait a little, like the table's
         self._findings_time = frame.snapshot.time
@@ -558,9 +571,26 @@ class GputopApp(App[int]):
             has_agent = False
         if has_agent:
             self.call_from_thread(self.action_capture, pid)
+            return
+        from gputop.stacks.pyspy import unusable_reason
+
+        why_not = unusable_reason(pid)  # no agent: its Python stacks from outside, if we may
+        if why_not is None:
+            self.call_from_thread(self.show_stacks, pid)
         else:
-            self.call_from_thread(self.notify, client.no_agent_hint(pid), severity="warning",
-                                  timeout=8)
+            self.call_from_thread(self.notify, f"{client.no_agent_hint(pid)}; "
+                                  f"py-spy: {safe_text(why_not)}", severity="warning", timeout=8)
+
+    def show_stacks(self, pid: int) -> None:
+        """`p` on a process without the agent: its Python stacks (py-spy) on a screen."""
+        if not isinstance(self.screen, StacksScreen):
+            self.push_screen(StacksScreen(pid, self._command(pid)))
+
+    def _command(self, pid: int) -> str | None:
+        for group in groups(self.frame.snapshot) if self.frame is not None else ():
+            if group.proc.pid == pid:
+                return group.proc.cmdline or group.proc.name
+        return None
 
     def action_capture(self, pid: int) -> None:
         """`p` on a process whose agent listens: capture, then show the diagnosis."""
