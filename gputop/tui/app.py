@@ -657,7 +657,7 @@ class GputopApp(App[int]):
         try:
             reply = request_capture(pid, CAPTURE_STEPS, self.capture_timeout,
                                     on_progress=progress,
-                                    should_stop=lambda: worker.is_cancelled)
+                                    should_stop=lambda: worker.is_cancelled, with_stack=True)
         except AgentError as exc:
             tell(self._capture_failed, pid, str(exc))
             return
@@ -670,6 +670,9 @@ class GputopApp(App[int]):
             from gputop.diagnostics.trace import TraceError, analyze_trace
 
             analysis = analyze_trace(trace, trace_limits(reply))
+            from gputop.diagnostics.stack_lines import format_source_lines, top_source_lines
+
+            source = format_source_lines(top_source_lines(trace, trace_limits(reply)))
         except TraceError as exc:
             tell(self._capture_failed, pid, f"cannot analyze {trace}: {exc}")
             return
@@ -677,7 +680,7 @@ class GputopApp(App[int]):
             tell(self._capture_failed, pid,
                  f"cannot analyze {trace}: {type(exc).__name__}: {exc}")
             return
-        tell(self._capture_done, pid, trace, analysis)
+        tell(self._capture_done, pid, trace, analysis, source)
 
     def _capture_stage(self, pid: int, stage: str) -> None:
         run = self.captures.get(pid)
@@ -693,7 +696,7 @@ class GputopApp(App[int]):
             self._set_note(run.finding, f"capture failed: {line}")
         self.notify(line, severity="error", timeout=8)
 
-    def _capture_done(self, pid: int, trace: str, analysis) -> None:
+    def _capture_done(self, pid: int, trace: str, analysis, source: str = "") -> None:
         run = self.captures.pop(pid, None)
         self._show_capture_status()
         if run is not None and run.finding is not None:
@@ -702,8 +705,9 @@ class GputopApp(App[int]):
             self.notify(f"auto-capture of pid {pid}: {analysis.verdict}; trace {trace}",
                         timeout=8)
             return
-        self.show_diagnosis(pid, analysis, trace)
+        self.show_diagnosis(pid, analysis, trace, source)
 
-    def show_diagnosis(self, pid: int, analysis, trace: str) -> None:
-        """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it)."""
-        self.push_screen(DiagnosisScreen(pid, analysis, trace))
+    def show_diagnosis(self, pid: int, analysis, trace: str, source: str = "") -> None:
+        """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it);
+        ``source``: the source lines of the top costs, when the trace has Python stacks."""
+        self.push_screen(DiagnosisScreen(pid, analysis, trace, source))
