@@ -78,6 +78,7 @@ async def test_p_without_an_agent_shows_the_python_stacks(burner):
         # While py-spy samples, the event loop goes on: the progress line keeps counting.
         await until(pilot, lambda: screen.report is not None or screen.error is not None)
         assert screen.error is None, screen.error
+        await until(pilot, lambda: "where:" in screen_text(app))  # laid out on screen
         text = screen_text(app)
         assert f"Python stacks of pid {burner.pid}" in text
         assert "where: parse_records (<string>:5)" in text, text
