@@ -55,13 +55,15 @@ def open_sampler(
 
     from gputop.collect import simnvml
     from gputop.collect.scenarios import SCENARIOS
+    from gputop.demo.attach import attached_pids
     from gputop.demo.standins import StandIns, wait_ready
 
     scenario = SCENARIOS[demo]
+    attached = attached_pids(len(scenario.gpus))  # GPUTOP_DEMO_PIDS: the user's processes
     sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock))
     try:
         with StandIns(scenario) as standins:
-            for index, pids in standins.start().items():
+            for index, pids in {**standins.start(skip=attached), **attached}.items():
                 sim.set_processes(index, pids)
             if wait_for_workers > 0:
                 wait_ready(standins, timeout=wait_for_workers)

@@ -4,7 +4,9 @@ Each scenario runs for real (simulated NVML, the stand-in processes, psutil) but
 steps one simulated second per sample, so a few seconds of sampling give the charts 90 s of
 history. The samples then feed the app without a terminal, at a fixed size, with the live rules
 run over them (the findings panel). For the diagnosis screen, the input-starved demo's real
-training process is captured through its agent (3 steps) and the trace analyzed, as `p` does.
+training process is captured through its agent (3 steps, with Python stacks) and the trace
+analyzed, as `p` does; for the stacks view, the tour's GPU 0 stand-in (no agent) and its
+workers are sampled with py-spy, as `p` does on a process without the agent.
 
 Usage: python scripts/screenshots.py [--out screenshots] [--samples 90]
 """
@@ -25,10 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gputop.agent.client import list_agents, request_capture  # noqa: E402
+from gputop.diagnostics.stack_lines import format_source_lines, top_source_lines  # noqa: E402
 from gputop.diagnostics.trace import TraceAnalysis, analyze_trace  # noqa: E402
 from gputop.model import Snapshot  # noqa: E402
 from gputop.session import open_sampler  # noqa: E402
+from gputop.stacks.profile import StackReport  # noqa: E402
+from gputop.stacks.pyspy import sample_stacks  # noqa: E402
 from gputop.tui.app import GputopApp  # noqa: E402
+from gputop.tui.widgets.stacks_screen import StacksScreen  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class Shot:
     size: tuple[int, int]
     keys: tuple[str, ...] = ()
     diagnosis: bool = False  # show the diagnosis of a capture of the GPU 0 process
+    stacks: bool = False  # show the Python stacks of the GPU 0 process (`p` without an agent)
 
 
 SHOTS = (
@@ -46,6 +53,7 @@ SHOTS = (
     Shot("tour-80x24", "tour", (80, 24)),
     Shot("input-starved-process-view-120x40", "input-starved", (120, 40), ("enter",)),
     Shot("input-starved-diagnosis-120x40", "input-starved", (120, 40), diagnosis=True),
+    Shot("tour-stacks-120x40", "tour", (120, 40), stacks=True),
 )
 
 
@@ -54,6 +62,14 @@ class Capture:
     pid: int
     trace: str
     analysis: TraceAnalysis
+    source: str = ""  # the source lines of the top costs (the trace has Python stacks)
+
+
+@dataclass(frozen=True)
+class Stacks:
+    pid: int
+    command: str
+    report: StackReport
 
 
 class SteppedClock:
@@ -71,18 +87,27 @@ def capture_gpu0(snap: Snapshot, out: Path) -> Capture:
         if time.monotonic() > deadline:
             raise SystemExit(f"screenshots: pid {pid} has no agent (is torch installed?)")
         time.sleep(0.1)
-    trace = request_capture(pid, out=str(out))["trace"]
-    return Capture(pid, trace, analyze_trace(trace))
+    trace = request_capture(pid, out=str(out), with_stack=True)["trace"]
+    return Capture(pid, trace, analyze_trace(trace),
+                   format_source_lines(top_source_lines(trace)))
 
 
-def sample_scenario(scenario: str, samples: int,
-                    capture_to: Path | None = None) -> tuple[list[Snapshot], Capture | None]:
+def stacks_gpu0(snap: Snapshot) -> Stacks:
+    """Sample the Python stacks of GPU 0's process and its workers with py-spy."""
+    proc = snap.gpus[0].processes[0]
+    return Stacks(proc.pid, proc.cmdline or proc.name, sample_stacks(proc.pid, 2))
+
+
+def sample_scenario(scenario: str, samples: int, capture_to: Path | None = None,
+                    stacks: bool = False) -> tuple[list[Snapshot], Capture | None, Stacks | None]:
     """``samples`` snapshots one simulated second apart, with real host and process data;
-    with ``capture_to``, a capture of GPU 0's process made meanwhile."""
+    with ``capture_to``, a capture of GPU 0's process made meanwhile; with ``stacks``, its
+    Python stacks."""
     clock = SteppedClock()
     start = time.time() - samples
     snaps = []
     capture = None
+    sampled_stacks = None
     with open_sampler(scenario, seed=0, clock=clock, wait_for_workers=10.0) as sampler:
         sampler.sample()
         for i in range(samples):
@@ -91,10 +116,13 @@ def sample_scenario(scenario: str, samples: int,
             snaps.append(replace(sampler.sample(), time=start + i))
         if capture_to is not None:
             capture = capture_gpu0(snaps[-1], capture_to)
-    return snaps, capture
+        if stacks:
+            sampled_stacks = stacks_gpu0(snaps[-1])
+    return snaps, capture, sampled_stacks
 
 
-async def screenshot(snaps: list[Snapshot], shot: Shot, capture: Capture | None) -> str:
+async def screenshot(snaps: list[Snapshot], shot: Shot, capture: Capture | None,
+                     stacks: Stacks | None = None) -> str:
     app = GputopApp(snapshots=snaps, diagnose=True)
     async with app.run_test(size=shot.size) as pilot:
         for _ in range(300):
@@ -108,7 +136,10 @@ async def screenshot(snaps: list[Snapshot], shot: Shot, capture: Capture | None)
                 break
             await pilot.pause(0.01)
         if shot.diagnosis and capture is not None:
-            app.show_diagnosis(capture.pid, capture.analysis, capture.trace)
+            app.show_diagnosis(capture.pid, capture.analysis, capture.trace, capture.source)
+            await pilot.pause()
+        if shot.stacks and stacks is not None:
+            app.push_screen(StacksScreen(stacks.pid, stacks.command, report=stacks.report))
             await pilot.pause()
         await pilot.pause()
         return app.export_screenshot(title=f"gputop --demo {shot.scenario}")
@@ -129,17 +160,18 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=90)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    sampled: dict[str, tuple[list[Snapshot], Capture | None]] = {}
+    sampled: dict[str, tuple[list[Snapshot], Capture | None, Stacks | None]] = {}
     # The capture's trace is only needed for the screenshot: it goes into a temporary directory.
     traces = Path(tempfile.mkdtemp(prefix="gputop-screenshots-"))
     try:
         for shot in SHOTS:
             if shot.scenario not in sampled:
                 wants = any(s.diagnosis and s.scenario == shot.scenario for s in SHOTS)
+                stacks = any(s.stacks and s.scenario == shot.scenario for s in SHOTS)
                 sampled[shot.scenario] = sample_scenario(shot.scenario, args.samples,
-                                                         traces if wants else None)
-            snaps, capture = sampled[shot.scenario]
-            svg = asyncio.run(screenshot(snaps, shot, capture))
+                                                         traces if wants else None, stacks)
+            snaps, capture, stacks_shown = sampled[shot.scenario]
+            svg = asyncio.run(screenshot(snaps, shot, capture, stacks_shown))
             path = args.out / f"{shot.name}.svg"
             write_atomically(path, svg)
             print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")

@@ -299,7 +299,10 @@ async def test_k_then_yes_sends_sigterm(sleeper):
 
 
 @run_async
-async def test_p_without_an_agent_says_how_to_add_one(sleeper):
+async def test_p_without_an_agent_nor_py_spy_says_how_to_add_one(sleeper, monkeypatch):
+    """Where py-spy cannot be used (here: GPUTOP_PY_SPY names none), `p` on a process
+    without the agent keeps the hint (tests/test_stacks_tui.py: the stacks view otherwise)."""
+    monkeypatch.setenv("GPUTOP_PY_SPY", "")
     app = GputopApp(snapshots=snapshots_with(sleeper))
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot)
@@ -309,6 +312,7 @@ async def test_p_without_an_agent_says_how_to_add_one(sleeper):
                                        for n in app._notifications))
         note = next(n for n in app._notifications if "agent" in n.message).message
         assert str(sleeper.pid) in note and "gputop run -- python train.py" in note
+        assert "py-spy is not installed" in note
         assert "\n" not in note
 
 

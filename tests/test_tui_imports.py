@@ -1,4 +1,4 @@
-"""The sampling and diagnosis layers stay importable without Textual (they run in `gputop
+"""The sampling, diagnosis and stacks layers stay importable without Textual (they run in `gputop
 snapshot`, `watch`, `record` and inside tests that have no terminal)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from tests.conftest import REPO, cli_env
 
 PROBE = """
 import importlib, json, pkgutil, sys
-import gputop.collect, gputop.diagnostics
+import gputop.collect, gputop.diagnostics, gputop.stacks
 names = []
-for package in (gputop.collect, gputop.diagnostics):
+for package in (gputop.collect, gputop.diagnostics, gputop.stacks):
     names.append(package.__name__)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         names.append(info.name)
@@ -37,13 +37,15 @@ def test_collect_and_diagnostics_never_import_textual():
     expected = {"gputop.collect.nvml", "gputop.collect.host", "gputop.collect.sampler"}
     assert expected <= set(result["imported"])
     assert any(name.startswith("gputop.diagnostics.") for name in result["imported"])
+    assert "gputop.stacks.pyspy" in result["imported"]
     assert result["textual"] == []
 
 
 def test_the_probe_would_see_textual():
     """The check above can fail: importing the TUI shows up in the same probe."""
-    code = PROBE.replace("import gputop.collect, gputop.diagnostics",
-                         "import gputop.collect, gputop.diagnostics, gputop.tui.app")
+    code = PROBE.replace("import gputop.collect, gputop.diagnostics, gputop.stacks",
+                         "import gputop.collect, gputop.diagnostics, gputop.stacks, "
+                         "gputop.tui.app")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=cli_env(), cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -330,8 +330,11 @@ POLL_S = 0.25  # how often progress and should_stop are looked at while waiting
 Progress = Callable[[dict[str, Any]], None]
 
 
-def capture_message(steps: int, timeout: float, out: str | None = None) -> dict[str, Any]:
+def capture_message(steps: int, timeout: float, out: str | None = None,
+                    with_stack: bool = False) -> dict[str, Any]:
     message: dict[str, Any] = {"cmd": "capture", "steps": steps, "timeout": timeout}
+    if with_stack:  # Python stacks: the report can name the source lines of the top costs
+        message["with_stack"] = True
     out = out or os.environ.get("GPUTOP_CAPTURE_DIR")
     if out:
         message["out"] = os.path.abspath(os.path.expanduser(out))
@@ -356,6 +359,7 @@ def request_capture(
     out: str | None = None,
     on_progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
+    with_stack: bool = False,
 ) -> dict[str, Any]:
     """Record ``steps`` optimizer steps of ``pid``; returns the agent's reply (with "trace").
 
@@ -365,7 +369,7 @@ def request_capture(
     """
     deadline = time.monotonic() + timeout + REPLY_MARGIN_S
     with AgentConnection(pid, timeout=5.0) as conn:
-        conn.send(capture_message(steps, timeout, out))
+        conn.send(capture_message(steps, timeout, out, with_stack))
         while not conn.wait_readable(POLL_S):
             if should_stop is not None and should_stop():
                 raise AgentError(f"capture of pid {pid} abandoned", "cancelled")

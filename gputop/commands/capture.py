@@ -67,7 +67,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="give up after S seconds (default 60)",
     )
     p.add_argument("--record-shapes", action="store_true", help="record operator input shapes")
-    p.add_argument("--with-stack", action="store_true", help="record Python stacks (slower)")
+    p.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=True,
+                   help="record Python stacks, so the report names the source lines of the "
+                        "top costs (default; --no-with-stack for a lighter trace)")
     p.add_argument("--profile-memory", action="store_true", help="record tensor allocations")
     p.add_argument(
         "--json",
@@ -204,11 +206,15 @@ def _analysis(trace: str, as_json: bool, limits: Any = None,
             return json.dumps({"trace": trace, "error": str(exc)}), 1
         return (f"trace: {safe_text(trace)}\ngputop: error: cannot analyze the trace: "
                 f"{safe_text(exc)}"), 1
+    from gputop.diagnostics.stack_lines import format_source_lines, top_source_lines
+
+    source = top_source_lines(trace, limits) if limits is not None else top_source_lines(trace)
     if as_json:
         data = result.to_json()
         if isinstance(data, str):
             data = json.loads(data)
         data["trace"] = trace
+        data["source_lines"] = [cost.to_json() for cost in source]
         return json.dumps(data), 0
     trace = safe_text(trace)  # the agent chose it: no terminal escapes
     directory = os.path.dirname(trace)
@@ -216,7 +222,9 @@ def _analysis(trace: str, as_json: bool, limits: Any = None,
         f"\ntrace: {trace}\n"
         f"open it in https://ui.perfetto.dev or with `tensorboard --logdir {directory}`"
     )
-    return format_report(result) + footer, 0
+    lines = format_source_lines(source)
+    report = format_report(result).rstrip("\n") + (f"\n\n{lines}" if lines else "")
+    return report + "\n" + footer, 0
 
 
 def run(args: argparse.Namespace) -> int:

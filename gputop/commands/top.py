@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         description="Live GPUs, host and training processes with their DataLoader workers, "
         "and the findings of the live rules. Keys: q quit, space pause, 1-4 chart window, "
         "c compact, s/S sort, / filter, t tree, Enter process view, k signal (asks first), "
-        "p capture 3 steps and diagnose them (needs the gputop agent), ? help. "
+        "p capture 3 steps and diagnose them (with the gputop agent; without it, the "
+        "process's Python stacks sampled with py-spy), ? help. "
         "Respects NO_COLOR.",
     )
     p.add_argument(
@@ -25,7 +26,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         action="store_true",
         help="when a stall finding (dataloader-stall, host-sync, launch-bound, gpu-idle, "
         "pcie-bound) raises on a process with the gputop agent, capture it by itself (at most "
-        "once per 10 minutes per process) and show the verdict and trace under the finding",
+        "once per 10 minutes per process) and show the verdict and trace under the finding; "
+        "on a process without the agent, sample its Python stacks (py-spy) and show where it "
+        "is instead",
     )
 
 

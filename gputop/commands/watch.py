@@ -10,8 +10,10 @@ import time
 from typing import TYPE_CHECKING
 
 from gputop.errors import UsageError
+from gputop.format import safe_text
 
 if TYPE_CHECKING:
+    from gputop.diagnostics.findings import Finding
     from gputop.diagnostics.live import Transition
 
 
@@ -28,6 +30,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "evidence, fix, next_step, state (raised | cleared)")
     p.add_argument("--duration", type=float, metavar="S", default=None,
                    help="stop after S seconds (default: run until interrupted)")
+    p.add_argument("--no-where", action="store_true",
+                   help="do not sample the Python stacks (py-spy) of a process with a "
+                        "dataloader-stall, host-sync or hung finding to print where it is")
 
 
 def format_transition(t: Transition) -> str:
@@ -43,6 +48,14 @@ def format_transition(t: Transition) -> str:
             f"         next: {f.next_step}")
 
 
+def format_where(f: Finding, when: float) -> str:
+    """The line printed when an active finding's "where" becomes known (after its raise)."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(when))
+    place = " ".join(x for x in (f"GPU {f.gpu}" if f.gpu is not None else "",
+                                 f"pid {f.pid}" if f.pid is not None else "") if x)
+    return f"{stamp} where    {f.id} {place}: {safe_text(f.where)}"
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
     from gputop.diagnostics.live import LiveDiagnosis
@@ -53,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (a job scheduler stopping us) ends the loop like Ctrl-C, with cleanup.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     diagnosis = LiveDiagnosis()
+    where = None if getattr(args, "no_where", False) else _where_finder()
     try:
         with open_sampler(args.demo, args.gpus, args.seed) as sampler:
             if not sampler.driver.available:
@@ -65,6 +79,25 @@ def run(args: argparse.Namespace) -> int:
                         print(json.dumps(transition.to_json(host)), flush=True)
                     else:
                         print(format_transition(transition), flush=True)
+                # A raised stall's stacks are sampled in the background: once they say
+                # where, one more line for that finding.
+                for found in where.update(diagnosis.findings()) if where is not None else ():
+                    if args.json:
+                        print(json.dumps({"time": snap.time, "host": host, "state": "where",
+                                          **found.to_json()}), flush=True)
+                    else:
+                        print(format_where(found, snap.time), flush=True)
     except KeyboardInterrupt:
         return 130
+    finally:
+        if where is not None:
+            where.close()
     return 0
+
+
+def _where_finder():
+    """Where lines for stalls and hangs (py-spy), when py-spy is installed."""
+    from gputop.stacks.pyspy import find_py_spy
+    from gputop.stacks.where import WhereFinder
+
+    return WhereFinder() if find_py_spy() is not None else None

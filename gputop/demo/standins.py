@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 
 from gputop.collect.scenarios import Scenario
 
@@ -35,10 +36,12 @@ class StandIns:
         self.scenario = scenario
         self.procs: dict[int, subprocess.Popen] = {}
 
-    def start(self) -> dict[int, list[int]]:
-        """Launch one stand-in per GPU; return {gpu index: [pid]}."""
+    def start(self, skip: Collection[int] = ()) -> dict[int, list[int]]:
+        """Launch one stand-in per GPU (but those in ``skip``); return {gpu index: [pid]}."""
         me = os.getpid()
         for index in range(len(self.scenario.gpus)):
+            if index in skip:
+                continue  # a real process of the user's stands there (GPUTOP_DEMO_PIDS)
             self.procs[index] = subprocess.Popen(
                 standin_command(self.scenario, index, me),
                 stdin=subprocess.DEVNULL,

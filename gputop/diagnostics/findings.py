@@ -50,6 +50,9 @@ class Finding:
     cost_s: float = 0.0
     gpu: int | None = None
     pid: int | None = None
+    # Where in the code (live findings, from the process's Python stacks): "decode_sample
+    # (dataset.py:48), 61 % of worker samples". Set after the rules ran; None until known.
+    where: str | None = None
 
     def __post_init__(self) -> None:
         # Catch typos at the source: a misspelt id or severity would silently break the UI.
@@ -72,6 +75,8 @@ class Finding:
             out["gpu"] = self.gpu
         if self.pid is not None:
             out["pid"] = self.pid
+        if self.where is not None:
+            out["where"] = self.where
         return out
 
 

@@ -164,6 +164,8 @@ class Attribution:
     # (device, tid) of each idle piece's launching thread, to name what it was doing.
     owners: dict[str, list[tuple[float, float, object]]] = field(default_factory=dict)
     gaps: dict[int, Ranges] = field(default_factory=dict)  # every idle interval, per device
+    busy: dict[int, Ranges] = field(default_factory=dict)  # union of activity, per device
+    kinds: dict[int, dict[str, Ranges]] = field(default_factory=dict)  # per kind, per device
     main_tid: object = None
 
     def ranges(self, role: str) -> Ranges:
@@ -179,19 +181,23 @@ class Attribution:
         return sum(total(r) for r in self.roles.get(role, {}).values())
 
 
-def _busy_roles(acts: list[Activity]) -> dict[str, Ranges]:
+def _busy_roles(acts: list[Activity]) -> tuple[dict[str, Ranges], dict[str, Ranges]]:
     """Busy time by role, most specific first: compute, then communication not hidden by
-    compute (exposed), then copies, then memsets."""
+    compute (exposed), then copies, then memsets; and each kind's own union."""
+    by_kind: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for a in acts:  # sorted by start: each kind's list is too
+        by_kind[a.kind].append((a.ts, a.end))
+    kinds = {kind: merge_sorted(spans) for kind, spans in by_kind.items()}
     out: dict[str, Ranges] = {}
     taken: Ranges = []
     for role, kind in (("compute", "compute"), ("communication", "comm"), ("memcpy", "memcpy"),
                        ("memset", "memset")):
-        spans = merge_sorted((a.ts, a.end) for a in acts if a.kind == kind)
+        spans = kinds.get(kind, [])
         mine = subtract(spans, taken) if taken else spans
         if mine:
             out[role] = mine
             taken = merge(taken + mine)
-    return out
+    return out, kinds
 
 
 def attribute(
@@ -213,11 +219,17 @@ def attribute(
     owners: dict[str, list[tuple[float, float, object]]] = defaultdict(list)
     empty = ThreadStates(None)
     for dev, dacts in by_device.items():
-        for role, r in _busy_roles(dacts).items():
+        busy_roles, kinds = _busy_roles(dacts)
+        att.kinds[dev] = kinds
+        for role, r in busy_roles.items():
             inside = intersect(r, slots)
             if inside:
                 roles[role][dev] = inside
-        busy = merge_sorted((a.ts, a.end) for a in dacts)
+        if len(kinds) == 1:
+            busy = next(iter(kinds.values()))
+        else:
+            busy = merge(r for ranges in kinds.values() for r in ranges)
+        att.busy[dev] = busy
         idle = subtract(slots, busy)
         att.gaps[dev] = idle
         if not idle:

@@ -39,6 +39,7 @@ from gputop.diagnostics.trace_intervals import (
 )
 from gputop.diagnostics.trace_kernels import (
     ALLOC_APIS,
+    COLLECTIVE_PREFIXES,
     COMPILE_MARK,
     DATALOADER_PREFIX,
     DRIVER_INIT_US,
@@ -74,6 +75,26 @@ _PAINT_ORDER = ("device", "startup", "dataloader", "sync", "copy", "allocator", 
                 "op_host")
 
 
+@lru_cache(maxsize=8192)
+def op_kind(name: str, cat: str) -> str:
+    """What a host event is, by name (cached: a trace repeats a few hundred names)."""
+    if name.startswith(DATALOADER_PREFIX):
+        return "dataloader-next" if name.endswith("__next__") else "dataloader"
+    if COMPILE_MARK in name:
+        return "compile"
+    if is_host_collective_wait(name):
+        return "wait"
+    if name in ITEM_OPS:
+        return "item"
+    if name.startswith(COLLECTIVE_PREFIXES):
+        kind = "collective"
+    else:
+        kind = ""
+    if (cat == "cpu_op" or cat == "Operator") and "::" in name:
+        return "collective-op" if kind else "operator"
+    return "collective-mark" if kind else "mark"
+
+
 def is_operator(ev: Event) -> bool:
     """A dispatcher operator (``aten::mm``, ``c10d::allreduce_``, ``vllm::...``), not a
     record_function range or an annotation."""
@@ -94,6 +115,64 @@ def _outermost(events: list[Event]) -> list[Event]:
         elif ev.ts + ev.dur > end:  # overlapping but not nested (a broken writer): extend
             end = ev.ts + ev.dur
     return out
+
+
+class Frames:
+    """The innermost Python frame at an instant, without indexing 100 000s of frames: the last
+    frame that started before ``t`` either covers it or is nested in the frame that does, so
+    the answer is found by walking its parents (python_parent_id). The parent index is built on
+    the first question only."""
+
+    def __init__(self, frames: list[Event]) -> None:
+        self.frames = frames  # sorted by (start, -duration)
+        self._starts: list[float] | None = None
+        self._by_id: dict = {}
+
+    def _build(self) -> None:
+        self._starts = [ev.ts for ev in self.frames]
+        self._by_id = {
+            ev.args.python_id: ev for ev in self.frames
+            if ev.args is not None and ev.args.python_id is not None
+        }
+
+    def parent(self, frame: Event) -> Event | None:
+        pid = frame.args.python_parent_id if frame.args is not None else None
+        return self._by_id.get(pid) if pid is not None else None
+
+    def at(self, t: float) -> Event | None:
+        if self._starts is None:
+            self._build()
+        i = bisect_right(self._starts, t) - 1
+        if i < 0:
+            return None
+        frame: Event | None = self.frames[i]
+        hops = 0
+        while frame is not None and hops < 256:
+            if frame.ts <= t < frame.ts + frame.dur:
+                return frame
+            frame = self.parent(frame)
+            hops += 1
+        return None
+
+
+class Disjoint:
+    """"Which event covers ``t``" for events that do not nest (outermost operators; runtime
+    calls, where a driver call inside a runtime call is the rare exception): one bisection,
+    then a few steps back for a nested one."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events  # sorted by (start, -duration)
+        self._starts: list[float] | None = None
+
+    def at(self, t: float) -> Event | None:
+        if self._starts is None:
+            self._starts = [ev.ts for ev in self.events]
+        i = bisect_right(self._starts, t) - 1
+        for j in range(i, max(-1, i - 4), -1):
+            ev = self.events[j]
+            if ev.ts + ev.dur > t:
+                return ev
+        return None
 
 
 class Innermost:
@@ -162,11 +241,11 @@ class ThreadStates:
     tid: object
     painted: dict[str, Ranges] = field(default_factory=dict)
     index: dict[str, RangeIndex] = field(default_factory=dict)
-    ops: Innermost = field(default_factory=lambda: Innermost([]))  # outermost operators
-    frames: Innermost = field(default_factory=lambda: Innermost([]))  # python frames
-    frame_by_id: dict = field(default_factory=dict)
+    ops: Disjoint = field(default_factory=lambda: Disjoint([]))  # outermost operators
+    all_ops: list[Event] = field(default_factory=list)  # every host event, (start, -duration)
+    frames: Frames = field(default_factory=lambda: Frames([]))  # python frames
     marks: Innermost = field(default_factory=lambda: Innermost([]))  # annotations, ranges
-    calls: Innermost = field(default_factory=lambda: Innermost([]))  # runtime calls
+    calls: Disjoint = field(default_factory=lambda: Disjoint([]))  # runtime calls
     device: Ranges = field(default_factory=list)  # CPU model: the operators' own compute
     reads: Ranges = field(default_factory=list)  # blocked in device-to-host reads
 
@@ -225,8 +304,7 @@ class ThreadStates:
                     first_named = name
                 if not any(mark in name for mark in _LIBRARY_MARKS):
                     return python_label(name)
-            parent = frame.args.python_parent_id if frame.args is not None else None
-            frame = self.frame_by_id.get(parent) if parent is not None else None
+            frame = self.frames.parent(frame)
             hops += 1
         return python_label(first_named) if first_named else None
 
@@ -291,7 +369,7 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
     raw: dict[str, list[tuple[float, float]]] = defaultdict(list)
 
     calls = sorted(groups.get("runtime", ()), key=lambda e: (e.ts, -e.dur))
-    st.calls = Innermost(calls)
+    st.calls = Disjoint(calls)
     call_starts = [ev.ts for ev in calls]
     capture_from = None
     d2h: list[tuple[float, float]] = []  # device-to-host copies: the host reads a value
@@ -334,6 +412,7 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
         raw["startup"].append((capture_from, calls[-1].ts + calls[-1].dur))
 
     ops_all = sorted(groups.get("ops", ()), key=lambda e: (e.ts, -e.dur))
+    st.all_ops = ops_all
     operators, marks = [], []
     # CPU model: operators inside a DataLoader fetch or a compilation phase are that phase's
     # work, not the device's.
@@ -343,26 +422,29 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
         or (ev.name.startswith(DATALOADER_PREFIX) and ev.name.endswith("__next__"))
     )) if cpu_model else None
     for ev in ops_all:
-        name = ev.name
-        if name.startswith(DATALOADER_PREFIX):
-            if name.endswith("__next__"):
-                raw["dataloader"].append((ev.ts, ev.ts + ev.dur))
+        kind = op_kind(ev.name, ev.cat)
+        if kind == "operator" or kind == "collective-op":
+            operators.append(ev)
+        elif kind == "mark" or kind == "collective-mark" or kind == "dataloader":
             marks.append(ev)
-        elif COMPILE_MARK in name:
+        elif kind == "dataloader-next":
+            raw["dataloader"].append((ev.ts, ev.ts + ev.dur))
+            marks.append(ev)
+        elif kind == "compile":
             raw["startup"].append((ev.ts, ev.ts + ev.dur))
             marks.append(ev)
-        elif is_host_collective_wait(name) and cpu_model:
-            raw["sync"].append((ev.ts, ev.ts + ev.dur))
-        elif name in ITEM_OPS and not cpu_model:
-            raw["sync"].append((ev.ts, ev.ts + ev.dur))
+        elif kind == "wait":
+            if cpu_model:
+                raw["sync"].append((ev.ts, ev.ts + ev.dur))
+            else:
+                operators.append(ev)
+        elif kind == "item":
+            if not cpu_model:
+                raw["sync"].append((ev.ts, ev.ts + ev.dur))
             operators.append(ev)
-        elif is_operator(ev):
-            operators.append(ev)
-        else:
-            marks.append(ev)
     st.marks = Innermost(marks)
     outer = _outermost(operators)
-    st.ops = Innermost(outer)
+    st.ops = Disjoint(outer)
     starts = call_starts
     for ev in outer:
         span = (ev.ts, ev.ts + ev.dur)
@@ -393,11 +475,7 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
         for ev in frames:
             if is_host_collective_wait(ev.name):
                 raw["sync"].append((ev.ts, ev.ts + ev.dur))
-    st.frames = Innermost(frames)
-    st.frame_by_id = {
-        ev.args.python_id: ev for ev in frames if ev.args is not None and ev.args.python_id
-        is not None
-    }
+    st.frames = Frames(frames)
 
     taken: Ranges = []
     painted: dict[str, Ranges] = {}

@@ -41,7 +41,7 @@ from gputop.diagnostics.trace_gaps import (
     main_thread,
     per_step,
 )
-from gputop.diagnostics.trace_host import ThreadStates, build_thread_states
+from gputop.diagnostics.trace_host import ThreadStates, build_thread_states, op_kind
 from gputop.diagnostics.trace_hta import stream_sync_activities, temporal_breakdown
 from gputop.diagnostics.trace_intervals import (
     Ranges,
@@ -52,10 +52,8 @@ from gputop.diagnostics.trace_intervals import (
 )
 from gputop.diagnostics.trace_kernels import (
     ALLOC_APIS,
-    COLLECTIVE_PREFIXES,
     DATALOADER_PREFIX,
     GRAPH_LAUNCH_APIS,
-    ITEM_OPS,
     LAUNCH_APIS,
     SYNC_APIS,
     is_blocking_copy_api,
@@ -194,10 +192,7 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     )
     _describe(m, data, win)
 
-    busy_by_dev = {
-        dev: total(intersect(merge_sorted((a.ts, a.end) for a in acts if a.device == dev), slots))
-        for dev in att.devices
-    }
+    busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
     top_busy = max(busy_by_dev.values(), default=0.0)
     primary = [d for d, b in busy_by_dev.items() if b >= PRIMARY_DEVICE_SHARE * top_busy] or [
         d for d in att.devices
@@ -206,7 +201,8 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     _step_breakdown(m, att, primary)
 
     slots_total = total(slots)
-    gpu_busy_r = merge_sorted((a.ts, a.end) for a in acts)
+    gpu_busy_r = (att.busy[att.devices[0]] if len(att.devices) == 1
+                  else merge(r for b in att.busy.values() for r in b))
     m.values["gpu"] = {
         "busy_pct_of_steps": (
             pct(sum(busy_by_dev[d] for d in primary) / len(primary), slots_total)
@@ -217,10 +213,11 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     if gpu_present:
         _hta(m, data, acts, launches, gpu_busy_r, slots, win)
     m.values["idle_attribution"] = _idle_attribution(m)
-    _dataloader(m, data, slots)
-    _sync(m, data, states, runtime_prog, slots, prof_sync)
-    _copies(m, gacts, runtime_prog, slots)
-    _communication(m, acts, slots, data)
+    ops = _host_ops(data)
+    _dataloader(m, ops["dataloader-next"], slots)
+    _sync(m, ops["item"], states, runtime_prog, slots, prof_sync)
+    _copies(m, gacts, runtime_prog, slots, att)
+    _communication(m, att, slots, data, ops["collective"], acts)
     launch_calls = sum(
         1 for rt in runtime_prog
         if (rt.name in LAUNCH_APIS or rt.name in GRAPH_LAUNCH_APIS) and w0 <= rt.ts < w1
@@ -236,16 +233,26 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     _allocator(m, data, runtime_prog, slots)
     _startup(m, win)
     _long_gaps(m, att, states)
-    _, top_ops = walk_host_ops(data.cpu_ops, w0, w1)
+    _, top_ops = walk_host_ops((st.all_ops for st in states.values()), w0, w1)
     m.values["top_ops"] = top_ops
     m.values["memory"] = memory(data)
-    m.ranges["host_collectives"] = intersect(
-        merge(_span(ev) for ev in data.cpu_ops if ev.name.startswith(COLLECTIVE_PREFIXES)),
-        slots,
-    )
-    _assessment(m, data, has_dataloader=any(
-        ev.name.startswith(DATALOADER_PREFIX) for ev in data.cpu_ops))
+    m.ranges["host_collectives"] = intersect(merge(_span(ev) for ev in ops["collective"]), slots)
+    _assessment(m, data, has_dataloader=bool(ops["dataloader-next"] or ops["dataloader"]))
     return m
+
+
+def _host_ops(data: TraceData) -> dict[str, list[Event]]:
+    """The operators the metrics quote, in one pass: DataLoader fetches, aten::item calls,
+    collectives seen from the host."""
+    out: dict[str, list[Event]] = {"dataloader-next": [], "dataloader": [], "item": [],
+                                   "collective": []}
+    for ev in data.cpu_ops:
+        kind = op_kind(ev.name, ev.cat)
+        if kind in ("collective-op", "collective-mark"):
+            out["collective"].append(ev)
+        elif kind in out:
+            out[kind].append(ev)
+    return out
 
 
 def _vendor(data: TraceData, runtime_sorted: list[Event], gpu_present: bool) -> str | None:
@@ -358,11 +365,9 @@ def _in(ev: Event, slots_index) -> bool:
     return any(s <= ev.ts < e for s, e in slots_index)
 
 
-def _dataloader(m: TraceMetrics, data: TraceData, slots: Ranges) -> None:
+def _dataloader(m: TraceMetrics, fetches: list[Event], slots: Ranges) -> None:
     w0, w1 = m.window
-    dl = [ev for ev in data.cpu_ops
-          if ev.name.startswith(DATALOADER_PREFIX) and ev.name.endswith("__next__")
-          and ev.ts < w1 and ev.ts + ev.dur > w0]
+    dl = [ev for ev in fetches if ev.ts < w1 and ev.ts + ev.dur > w0]
     cost = m.roles_ms.get("dataloader", 0.0)
     m.values["dataloader"] = {
         "calls": len(dl),
@@ -375,7 +380,7 @@ def _dataloader(m: TraceMetrics, data: TraceData, slots: Ranges) -> None:
     }
 
 
-def _sync(m, data, states, runtime_prog, slots, prof_sync) -> None:
+def _sync(m, item_ops, states, runtime_prog, slots, prof_sync) -> None:
     w0, w1 = m.window
     blocked = merge(r for st in states.values() for r in st.painted.get("sync", []))
     blocked_ms = total(intersect(blocked, slots)) / 1e3
@@ -387,7 +392,7 @@ def _sync(m, data, states, runtime_prog, slots, prof_sync) -> None:
             continue
         if rt.name in SYNC_APIS:
             counts[rt.name] += 1
-    items = [ev for ev in data.cpu_ops if ev.name == "aten::item" and w0 <= ev.ts < w1]
+    items = [ev for ev in item_ops if ev.name == "aten::item" and w0 <= ev.ts < w1]
     # The training thread blocked in device-to-host reads (Nsight Systems' cuda_memcpy_sync).
     main = states.get(m.attribution.main_tid) if m.attribution else None
     reads_ms = total(intersect(main.reads, slots)) / 1e3 if main is not None else 0.0
@@ -406,7 +411,7 @@ def _sync(m, data, states, runtime_prog, slots, prof_sync) -> None:
     m.details["sync_labels"] = m.top_labels("sync", 4)
 
 
-def _copies(m, gacts, runtime_prog, slots) -> None:
+def _copies(m, gacts, runtime_prog, slots, att: Attribution) -> None:
     """Copies the device cannot overlap: from/to pageable host memory (staged through a driver
     buffer) and blocking copy calls. Device-to-host reads are the host-sync finding's."""
     w0, w1 = m.window
@@ -424,7 +429,7 @@ def _copies(m, gacts, runtime_prog, slots) -> None:
         row["ms"] = r3(row["ms"])
     blocking = [rt for rt in runtime_prog if is_blocking_copy_api(rt.name) and w0 <= rt.ts < w1]
     # Pageable copies on the device that no compute hides: what pinned memory would overlap.
-    compute = merge_sorted((a.ts, a.end) for a in gacts if a.kind == "compute")
+    compute = merge(r for k in att.kinds.values() for r in k.get("compute", []))
     pageable_r = intersect(merge_sorted((a.ts, a.end) for a in pageable), slots)
     pageable_exposed = total(pageable_r) - total(intersect(pageable_r, compute))
     idle_cost = m.roles_ms.get("copy", 0.0)
@@ -442,14 +447,13 @@ def _copies(m, gacts, runtime_prog, slots) -> None:
     }
 
 
-def _communication(m, acts, slots, data) -> None:
-    comm_r = intersect(merge_sorted((a.ts, a.end) for a in acts if a.kind == "comm"), slots)
-    compute_r = merge_sorted((a.ts, a.end) for a in acts if a.kind == "compute")
-    comm_ms = total(comm_r) / 1e3
-    overlap_ms = total(intersect(comm_r, compute_r)) / 1e3
+def _communication(m, att: Attribution, slots, data, collective_ops: list[Event],
+                   acts: list[Activity]) -> None:
+    comm_ms = sum(total(intersect(k.get("comm", []), slots)) for k in att.kinds.values()) / 1e3
+    exposed_all = att.total_us("communication") / 1e3
+    overlap_ms = max(0.0, comm_ms - exposed_all)  # the rest ran beside compute
     step_total = m.step_total_ms
     exposed = m.roles_ms.get("communication", 0.0)
-    collective_ops = [ev for ev in data.cpu_ops if ev.name.startswith(COLLECTIVE_PREFIXES)]
     host_coll = intersect(merge(_span(ev) for ev in collective_ops), slots)
     n = max(1, len(m.details.get("primary_devices", [])))
     m.values["communication"] = {
@@ -638,7 +642,6 @@ def _assessment(m: TraceMetrics, data: TraceData, has_dataloader: bool) -> None:
 __all__ = [
     "BUSY_ROLES",
     "CPU_DEVICE",
-    "ITEM_OPS",
     "ROLE_ORDER",
     "TraceMetrics",
     "compute_metrics",

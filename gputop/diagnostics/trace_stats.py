@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 from gputop.diagnostics.trace_gaps import Activity, Launch
 from gputop.diagnostics.trace_intervals import Ranges
@@ -129,20 +130,17 @@ def _class_name(name: str) -> str:
 
 
 def walk_host_ops(
-    ops: list[Event], w0: float, w1: float, limit: int = 10
+    ops_by_thread: Iterable[list[Event]], w0: float, w1: float, limit: int = 10
 ) -> tuple[Ranges, list[dict]]:
-    """One walk over the host operators, per thread in start order: the union of their spans
-    (per thread, then merged) and the top operators by self time (duration minus the time in
-    child operators; operators nest per thread)."""
-    by_tid: dict = defaultdict(list)
-    for ev in ops:
-        by_tid[ev.tid].append(ev)
+    """One walk over the host operators, per thread in start order (each list sorted by
+    (start, -duration)): the union of their spans (per thread, then merged) and the top
+    operators by self time (duration minus the time in child operators; operators nest per
+    thread)."""
     busy: Ranges = []
     self_us: dict[str, float] = defaultdict(float)
     calls: Counter = Counter()
 
-    for evs in by_tid.values():
-        evs.sort(key=lambda e: (e.ts, -e.dur))
+    for evs in ops_by_thread:
         stack: list[list] = []  # [end, name, child_us, dur, counted]
         cur_s = cur_e = None
         for ev in evs:

@@ -112,18 +112,15 @@ def find_window(
     device_end_by_corr: dict[int, float],
     device_span: tuple[float, float] | None,
 ) -> Window:
-    hspan = host_span(data)
-    for host, source in (
-        (_profiler_steps(data), "ProfilerStep"),
-        (_optimizer_iterations(data), "Optimizer.step"),
-    ):
+    for find, source in ((_profiler_steps, "ProfilerStep"),
+                         (_optimizer_iterations, "Optimizer.step")):
+        host = find(data)
         if host:
             steps = _device_aware(host, runtime_sorted, device_end_by_corr)
             if steps:
-                before = steps[0].start - hspan[0] if hspan else 0.0
-                after = hspan[1] - steps[-1].end if hspan else 0.0
-                return Window(steps, source, steps[0].start, steps[-1].end,
-                              max(0.0, before), max(0.0, after))
+                # What lies outside the steps is not the program's steady state; not measured.
+                return Window(steps, source, steps[0].start, steps[-1].end, 0.0, 0.0)
+    hspan = host_span(data)
     if hspan and device_span:
         start, end = max(hspan[0], device_span[0]), min(hspan[1], device_span[1])
         source = "recorded span"

@@ -41,7 +41,8 @@ from textual.worker import get_current_worker
 from gputop.diagnostics.live import finding_key
 from gputop.format import safe_text
 from gputop.model import Snapshot
-from gputop.tui.auto_capture import AutoCapturePolicy
+from gputop.stacks.where import WhereFinder
+from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.layout import FINDINGS_WIDTH, Plan, plan_layout
 from gputop.tui.rows import groups
@@ -57,6 +58,7 @@ from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.process_view import ProcessScreen
+from gputop.tui.widgets.stacks_screen import StacksScreen
 from gputop.tui.widgets.text_line import TextLine
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
@@ -66,6 +68,16 @@ CAPTURE_STEPS = 3
 # costs 2.5x less than redrawn with the table's numbers); a finding that raises or clears, or
 # changes severity, shows at once.
 FINDINGS_PERIOD = 4.9
+
+
+def where_finder(auto_capture: bool) -> WhereFinder | None:
+    """The findings' "where" lines (py-spy), when py-spy is installed; with --auto-capture
+    every stall on a process without the agent gets one (stacks stand in for a capture)."""
+    from gputop.stacks.pyspy import find_py_spy
+
+    if find_py_spy() is None:
+        return None
+    return WhereFinder(ids_without_agent=STALL_IDS if auto_capture else ())
 
 
 def home_short(path: str) -> str:
@@ -160,7 +172,8 @@ class GputopApp(App[int]):
                                                            diagnose=bool(diagnose))
         else:
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
-                                    diagnose=diagnose is not False)
+                                    diagnose=diagnose is not False,
+                                    where=where_finder(auto_capture))
         self.auto_capture = AutoCapturePolicy() if auto_capture else None
         self.capture_timeout = capture_timeout
         self.captures: dict[int, CaptureRun] = {}
@@ -381,8 +394,8 @@ class GputopApp(App[int]):
         if findings == self._findings_shown:
             return
         same_keys = self._findings_shown is not None and (
-            [(finding_key(f), f.severity) for f in findings]
-            == [(finding_key(f), f.severity) for f in self._findings_shown])
+            [(finding_key(f), f.severity, f.where) for f in findings]
+            == [(finding_key(f), f.severity, f.where) for f in self._findings_shown])
         if same_keys and 0 <= frame.snapshot.time - self._findings_time < FINDINGS_PERIOD:
             return  # only the numbers changed: they wait a little, like the table's
         self._findings_time = frame.snapshot.time
@@ -558,9 +571,26 @@ class GputopApp(App[int]):
             has_agent = False
         if has_agent:
             self.call_from_thread(self.action_capture, pid)
+            return
+        from gputop.stacks.pyspy import unusable_reason
+
+        why_not = unusable_reason(pid)  # no agent: its Python stacks from outside, if we may
+        if why_not is None:
+            self.call_from_thread(self.show_stacks, pid)
         else:
-            self.call_from_thread(self.notify, client.no_agent_hint(pid), severity="warning",
-                                  timeout=8)
+            self.call_from_thread(self.notify, f"{client.no_agent_hint(pid)}; "
+                                  f"py-spy: {safe_text(why_not)}", severity="warning", timeout=8)
+
+    def show_stacks(self, pid: int) -> None:
+        """`p` on a process without the agent: its Python stacks (py-spy) on a screen."""
+        if not isinstance(self.screen, StacksScreen):
+            self.push_screen(StacksScreen(pid, self._command(pid)))
+
+    def _command(self, pid: int) -> str | None:
+        for group in groups(self.frame.snapshot) if self.frame is not None else ():
+            if group.proc.pid == pid:
+                return group.proc.cmdline or group.proc.name
+        return None
 
     def action_capture(self, pid: int) -> None:
         """`p` on a process whose agent listens: capture, then show the diagnosis."""
@@ -627,7 +657,7 @@ class GputopApp(App[int]):
         try:
             reply = request_capture(pid, CAPTURE_STEPS, self.capture_timeout,
                                     on_progress=progress,
-                                    should_stop=lambda: worker.is_cancelled)
+                                    should_stop=lambda: worker.is_cancelled, with_stack=True)
         except AgentError as exc:
             tell(self._capture_failed, pid, str(exc))
             return
@@ -642,6 +672,9 @@ class GputopApp(App[int]):
 
             analysis = analyze_trace(trace, trace_limits(reply), pid=pid,
                                      cmdline=process_cmdline(pid))
+            from gputop.diagnostics.stack_lines import format_source_lines, top_source_lines
+
+            source = format_source_lines(top_source_lines(trace, trace_limits(reply)))
         except TraceError as exc:
             tell(self._capture_failed, pid, f"cannot analyze {trace}: {exc}")
             return
@@ -649,7 +682,7 @@ class GputopApp(App[int]):
             tell(self._capture_failed, pid,
                  f"cannot analyze {trace}: {type(exc).__name__}: {exc}")
             return
-        tell(self._capture_done, pid, trace, analysis)
+        tell(self._capture_done, pid, trace, analysis, source)
 
     def _capture_stage(self, pid: int, stage: str) -> None:
         run = self.captures.get(pid)
@@ -665,7 +698,7 @@ class GputopApp(App[int]):
             self._set_note(run.finding, f"capture failed: {line}")
         self.notify(line, severity="error", timeout=8)
 
-    def _capture_done(self, pid: int, trace: str, analysis) -> None:
+    def _capture_done(self, pid: int, trace: str, analysis, source: str = "") -> None:
         run = self.captures.pop(pid, None)
         self._show_capture_status()
         if run is not None and run.finding is not None:
@@ -674,8 +707,9 @@ class GputopApp(App[int]):
             self.notify(f"auto-capture of pid {pid}: {analysis.verdict}; trace {trace}",
                         timeout=8)
             return
-        self.show_diagnosis(pid, analysis, trace)
+        self.show_diagnosis(pid, analysis, trace, source)
 
-    def show_diagnosis(self, pid: int, analysis, trace: str) -> None:
-        """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it)."""
-        self.push_screen(DiagnosisScreen(pid, analysis, trace))
+    def show_diagnosis(self, pid: int, analysis, trace: str, source: str = "") -> None:
+        """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it);
+        ``source``: the source lines of the top costs, when the trace has Python stacks."""
+        self.push_screen(DiagnosisScreen(pid, analysis, trace, source))

@@ -20,6 +20,7 @@ from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live import LiveDiagnosis
 from gputop.history import History
 from gputop.model import Snapshot
+from gputop.stacks.where import WhereFinder
 
 # Chart windows selected with keys 1-4, in seconds; None is the whole run.
 WINDOWS: tuple[float | None, ...] = (60.0, 600.0, 3600.0, None)
@@ -123,10 +124,12 @@ class Feed:
     With ``diagnose`` every recorded snapshot also goes through the live rules, and each frame
     carries the findings active at its snapshot."""
 
-    def __init__(self, post: Callable[[Frame], None], diagnose: bool = True) -> None:
+    def __init__(self, post: Callable[[Frame], None], diagnose: bool = True,
+                 where: WhereFinder | None = None) -> None:
         self.post = post
         self.history = History()
         self.diagnosis = LiveDiagnosis() if diagnose else None
+        self.where = where  # fills in the findings' "where" line (py-spy, its own thread)
         self.findings: tuple[Finding, ...] = ()
         self.window: float | None = WINDOWS[0]
         self.focus_pid: int | None = None
@@ -139,7 +142,12 @@ class Feed:
         self.history.record(snap)
         if self.diagnosis is not None:
             self.diagnosis.update(snap)
-            self.findings = tuple(self.diagnosis.findings())
+            findings = tuple(self.diagnosis.findings())
+            if self.where is not None:
+                without_agent = {p.pid for g in snap.gpus for p in g.processes if not p.agent}
+                self.where.update(findings, without_agent)
+                findings = self.where.enrich(findings)
+            self.findings = findings
 
     def _emit(self) -> None:
         if self.paused and self._frozen:
@@ -181,8 +189,9 @@ class SamplerFeed(Feed):
     a request from the UI wakes it to post a frame from the history without sampling."""
 
     def __init__(self, post: Callable[[Frame], None], interval: float,
-                 frame_log: FrameLog | None = None, diagnose: bool = True) -> None:
-        super().__init__(post, diagnose)
+                 frame_log: FrameLog | None = None, diagnose: bool = True,
+                 where: WhereFinder | None = None) -> None:
+        super().__init__(post, diagnose, where)
         self.interval = interval
         self.frame_log = frame_log
         self._wake = threading.Event()
@@ -196,6 +205,8 @@ class SamplerFeed(Feed):
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self.where is not None:
+            self.where.close()
 
     @property
     def stopped(self) -> bool:

@@ -56,11 +56,13 @@ class DiagnosisScreen(Screen[None]):
         Binding("escape,q", "close", "back"),
     ]
 
-    def __init__(self, pid: int, analysis: TraceAnalysis, trace: str) -> None:
+    def __init__(self, pid: int, analysis: TraceAnalysis, trace: str, source: str = ""
+                 ) -> None:
         super().__init__()
         self.pid = pid
         self.analysis = analysis
         self.trace = trace
+        self.source = source  # the source lines of the top costs (already escaped), if any
         self.report = Static(id="diagnosis-body", expand=True)
         self._report_width = 0
 
@@ -84,7 +86,10 @@ class DiagnosisScreen(Screen[None]):
         width = max(60, screen_width - 5)
         if width != self._report_width:
             self._report_width = width
-            self.report.update(Text(format_report(self.analysis, width).rstrip("\n")))
+            text = format_report(self.analysis, width).rstrip("\n")
+            if self.source:
+                text += "\n\n" + self.source
+            self.report.update(Text(text))
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,5 +1,6 @@
-"""The findings panel: each diagnosed cause with severity, title, evidence and fix, and under a
-finding the result of a capture made for it (`--auto-capture`).
+"""The findings panel: each diagnosed cause with severity, title, where in the code (once the
+process's Python stacks named it), evidence and fix, and under a finding the result of a
+capture made for it (`--auto-capture`).
 
 Renders any objects with the attributes of ``diagnostics.findings.Finding`` (.id .severity
 .title .evidence .fix .gpu .pid). The text wraps to the panel's width.
@@ -15,6 +16,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gputop.diagnostics.live import finding_key
+from gputop.format import safe_text
 from gputop.tui.severity import SEVERITY_MARK
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "bold cyan"}
@@ -41,6 +43,10 @@ def findings_text(findings: Sequence, notes: Mapping[tuple, str] | None = None) 
         if where:
             out.append("  " + " ".join(where), style="dim")
         out.append(f"\n{f.title}")
+        located = getattr(f, "where", None)
+        if located:  # the function behind it, from the process's Python stacks
+            out.append("\nwhere: ", style="bold")
+            out.append(safe_text(located))
         note = notes.get(finding_key(f))
         if note:  # right under the title: the proof is what the reader looks for first
             out.append("\n")

@@ -19,7 +19,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("t", "DataLoader workers as a tree / flat list"),
     ("Enter", "process view: CPU, workers' CPU, GPU memory"),
     ("k", "send SIGTERM to the process (asks first)"),
-    ("p", "capture 3 steps and diagnose them (needs the agent)"),
+    ("p", "capture 3 steps (agent) or sample Python stacks"),
     ("?", "this help"),
     ("Esc", "close a view or this help"),
 )
