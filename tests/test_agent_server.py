@@ -78,7 +78,7 @@ def test_hello_describes_the_process(job):
     assert hello["argv"][0].endswith("slow_loader_train.py")
     assert hello["hostname"] == socket.gethostname()
     assert (hello["rank"], hello["local_rank"], hello["world_size"]) == (1, 1, 4)
-    assert hello["job_id"] == "4242"
+    assert hello["job_id"] == "slurm:4242"
     import torch
 
     assert hello["torch_version"] == torch.__version__

@@ -165,7 +165,7 @@ def test_torchrun_ranks_each_get_an_agent_with_their_rank(world):
                     hello = client.request(pid, {"cmd": "hello"}, timeout=ANSWER_S)
                 except client.AgentError:
                     continue
-                if hello.get("rank") is not None and hello.get("job_id") == "job-77":
+                if hello.get("rank") is not None and hello.get("job_id") == "torchrun:job-77":
                     status = client.agent_status(pid, timeout=ANSWER_S) or {}
                     if (status.get("steps") or 0) >= 2:
                         found[hello["rank"]] = hello

@@ -331,8 +331,13 @@ Progress = Callable[[dict[str, Any]], None]
 
 
 def capture_message(steps: int, timeout: float, out: str | None = None,
-                    with_stack: bool = False) -> dict[str, Any]:
+                    with_stack: bool = False, start_step: int | None = None,
+                    warmup: int | None = None) -> dict[str, Any]:
     message: dict[str, Any] = {"cmd": "capture", "steps": steps, "timeout": timeout}
+    if start_step is not None:  # every rank of a job starts at this optimizer step
+        message["start_step"] = start_step
+    if warmup is not None:
+        message["warmup"] = warmup
     if with_stack:  # Python stacks: the report can name the source lines of the top costs
         message["with_stack"] = True
     out = out or os.environ.get("GPUTOP_CAPTURE_DIR")
@@ -360,6 +365,8 @@ def request_capture(
     on_progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
     with_stack: bool = False,
+    start_step: int | None = None,
+    warmup: int | None = None,
 ) -> dict[str, Any]:
     """Record ``steps`` optimizer steps of ``pid``; returns the agent's reply (with "trace").
 
@@ -369,7 +376,7 @@ def request_capture(
     """
     deadline = time.monotonic() + timeout + REPLY_MARGIN_S
     with AgentConnection(pid, timeout=5.0) as conn:
-        conn.send(capture_message(steps, timeout, out, with_stack))
+        conn.send(capture_message(steps, timeout, out, with_stack, start_step, warmup))
         while not conn.wait_readable(POLL_S):
             if should_stop is not None and should_stop():
                 raise AgentError(f"capture of pid {pid} abandoned", "cancelled")
@@ -399,6 +406,18 @@ def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int) -> dict[
             or "\0" in trace or not os.path.isabs(trace)):
         raise AgentError(f"agent of pid {pid} replied without a usable trace path", "protocol")
     return {**reply, "agent_uid": peer_uid}
+
+
+def partial_note(reply: dict[str, Any]) -> str | None:
+    """Why the trace holds fewer steps than asked (the process exited or was stopped during the
+    capture and the agent saved what it had recorded), or None for a whole trace."""
+    if reply.get("partial") is not True:
+        return None
+    from gputop.format import safe_text
+
+    why = reply.get("partial_reason")
+    why = safe_text(why[:200]) if isinstance(why, str) and why else "the capture ended early"
+    return f"partial trace: {why}"
 
 
 def trace_limits(reply: dict[str, Any]):

@@ -39,13 +39,41 @@ def process_start_time() -> float | None:
     return None
 
 
-def distributed_info() -> dict[str, int | None]:
-    """Rank, local rank and world size from the launcher's environment (torchrun, SLURM, MPI)."""
-    return {
+def distributed_info() -> dict[str, int | str | None]:
+    """Rank, local rank, world size and job id: from torch.distributed once the program has
+    initialised it, else from the launcher's environment (torchrun, SLURM, MPI)."""
+    info: dict[str, int | str | None] = {
         "rank": _int_env("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),
         "local_rank": _int_env("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
         "world_size": _int_env("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
+        "local_world_size": _int_env("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
+                                     "OMPI_COMM_WORLD_LOCAL_SIZE"),
     }
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            info["rank"] = dist.get_rank()
+            info["world_size"] = dist.get_world_size()
+            info["backend"] = str(dist.get_backend())
+    except Exception:
+        pass  # never let a probe disturb the job
+    info["job_id"] = job_id()
+    return info
+
+
+def job_id() -> str:
+    """What the ranks of one job share and no other job on the node has: torchrun's run id
+    (with its rendezvous endpoint: the default run id "none" is shared by every job), SLURM's
+    job and step, else the launcher's pid (the ranks' common parent)."""
+    run = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run:
+        endpoint = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+        return f"torchrun:{run}@{endpoint}" if run == "none" else f"torchrun:{run}"
+    slurm = os.environ.get("SLURM_JOB_ID")
+    if slurm:
+        step = os.environ.get("SLURM_STEP_ID")
+        return f"slurm:{slurm}" + (f".{step}" if step else "")
+    return f"launcher:{os.getppid()}"
 
 
 def _cuda_available(torch: Any) -> bool | None:
@@ -79,7 +107,6 @@ def hello(started_at: float) -> dict[str, Any]:
         "argv": argv,
         "executable": sys.executable,
         "hostname": socket.gethostname(),
-        "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID"),
         "torch_version": getattr(torch, "__version__", None) if torch is not None else None,
         "cuda_available": _cuda_available(torch) if torch is not None else None,
         "python_version": platform.python_version(),

@@ -67,7 +67,7 @@ def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | No
 
 def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
     """Validate a ``capture`` request into a complete parameter dict (or CaptureError)."""
-    allowed = {"cmd", "steps", "warmup", "seconds", "timeout", "out", *_BOOL_FIELDS}
+    allowed = {"cmd", "steps", "warmup", "seconds", "timeout", "out", "start_step", *_BOOL_FIELDS}
     unknown = sorted(repr(str(k)[:40]) for k in message if k not in allowed)
     if unknown:
         raise CaptureError("bad-request", f"unknown field(s) for capture: {', '.join(unknown)}")
@@ -77,6 +77,11 @@ def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
     timeout = _number(message, "timeout", 0.1, 86400.0)
     if seconds is not None and (steps is not None or warmup is not None):
         raise CaptureError("bad-request", "give either steps (and warmup) or seconds, not both")
+    # The optimizer step (as this agent counts them, from 1) at which to start: every rank of
+    # a job steps in lockstep, so one number starts all of them on the same iteration.
+    start_step = _integer(message, "start_step", 0, 1 << 53)
+    if start_step is not None and seconds is not None:
+        raise CaptureError("bad-request", "start_step goes with steps, not seconds")
     params: dict[str, Any] = {
         "mode": "seconds" if seconds is not None else "steps",
         "steps": DEFAULT_STEPS if steps is None else steps,
@@ -102,6 +107,7 @@ def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
         if not os.path.isabs(out):
             raise CaptureError("bad-request", "out must be an absolute path")
     params["out"] = out
+    params["start_step"] = start_step
     return params
 
 
@@ -234,6 +240,9 @@ class CaptureJob:
         self.blocked_s = 0.0  # training-thread time spent in capture code
         self.done = threading.Event()
         self.reply: dict[str, Any] | None = None
+        self.reply_sent = threading.Event()  # the server wrote the reply to the socket
+        self.steps_at_request = 0  # the agent's step count when asked
+        self.first_step: int | None = None  # the step count at which the profiler started
 
     @property
     def total_steps(self) -> int:
@@ -263,6 +272,9 @@ class CaptureController:
         self._lock = threading.Lock()
         self.job: CaptureJob | None = None
         self.last: dict[str, Any] | None = None
+        self._sigterm_set = False
+        self._finishing = False  # finish_early is exporting a partial trace
+        self._terminated = False  # a SIGTERM came while it did
 
     # --- server thread -----------------------------------------------------------------------
 
@@ -287,6 +299,12 @@ class CaptureController:
                 raise CaptureError("busy", self._busy_message())
             directory = prepare_capture_dir(params["out"])
             job = CaptureJob(params, directory)
+            job.steps_at_request = self.telemetry.steps
+            start = params["start_step"]
+            if start is not None and job.steps_at_request >= start:
+                raise CaptureError(
+                    "late", f"step {start} has passed (this process is at step "
+                    f"{job.steps_at_request}); ask for a later start_step")
             with self._lock:
                 if self.job is not None:
                     raise CaptureError("busy", self._busy_message())
@@ -313,22 +331,96 @@ class CaptureController:
         return True
 
     def abandon_at_exit(self) -> None:
-        """The process is exiting: stop a running profiler and tell whoever waits.
+        """The process is exiting: stop a running profiler and tell whoever waits, with the
+        steps recorded so far when there are any (a job whose rank died: the survivors' traces
+        still show what they were doing).
 
         A torch profiler still running at interpreter shutdown can crash the process (seen
         with torch 2.13: SIGSEGV), which would turn a clean exit of the job into a failure.
         """
+        self.finish_early("the process exited")
+
+    def finish_early(self, why: str) -> None:
+        """Stop now, on the training thread (at exit, or in the SIGTERM handler): export what
+        was recorded as a partial trace, or reply ``exited`` when nothing was. Waits briefly
+        for the reply to leave, since the process is about to end. A SIGTERM that arrives
+        meanwhile is held until then."""
         job = self.job
-        if job is None:
+        if job is None or self._finishing:
+            return
+        self._finishing = True
+        try:
+            recorded = job.state == "recording" and job.steps_seen > job.params["warmup"]
+            prof = job.profiler
+            try:
+                self._stop_profiler(job)
+            except Exception as exc:
+                self.telemetry.record_error(exc)
+                prof = None
+            reply = None
+            if recorded and prof is not None:
+                try:
+                    path = write_trace(prof, job.directory)
+                    reply = self._success(job, path)
+                    done = max(0, job.steps_seen - job.params["warmup"])
+                    reply["partial"] = True
+                    reply["partial_reason"] = (f"{why} after {done} of {job.params['steps']} "
+                                               "recorded steps")
+                except Exception as exc:
+                    self.telemetry.record_error(exc)
+            with self._lock:
+                self._finish_locked(job, reply or _error(
+                    "exited", f"{why} before the capture finished"))
+            job.reply_sent.wait(3.0)  # the connection thread writes it to the socket
+        finally:
+            self._finishing = False
+            self._restore_sigterm()
+            self._die_if_terminated()
+
+    # SIGTERM while recording (a launcher tearing the job down because another rank died):
+    # when the job has no handler of its own, export the steps recorded so far, then die of
+    # SIGTERM as the job would have. Only the main thread may set signal handlers.
+
+    def _catch_sigterm(self) -> None:
+        import signal
+
+        try:
+            if (threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+                self._sigterm_set = True
+        except (ValueError, OSError):
+            pass
+
+    def _restore_sigterm(self) -> None:
+        import signal
+
+        if not self._sigterm_set or self._finishing:
             return
         try:
-            self._stop_profiler(job)
-        except Exception as exc:
-            self.telemetry.record_error(exc)
-        with self._lock:
-            self._finish_locked(
-                job, _error("exited", "the process exited before the capture finished")
-            )
+            if (threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGTERM) == self._on_sigterm):
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                self._sigterm_set = False
+        except (ValueError, OSError):
+            pass
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._terminated = True
+        if self._finishing:
+            return  # finish_early is exporting: it ends the process when done
+        self.finish_early("the process got SIGTERM")
+        self._die_if_terminated()
+
+    def _die_if_terminated(self) -> None:
+        import signal
+
+        if not self._terminated:
+            return
+        self._terminated = False
+        self._sigterm_set = False
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _busy_message(self) -> str:
         job = self.job
@@ -369,7 +461,8 @@ class CaptureController:
                     )
             elif client_gone():
                 self.cancel("cancelled", "the client went away")
-            elif job.state == "waiting" and waited > first_wait:
+            elif (job.state == "waiting" and waited > first_wait
+                  and self.telemetry.steps == job.steps_at_request):
                 hint = (
                     f"; a time-window capture does not need steps: gputop capture {os.getpid()} "
                     "--seconds 5"
@@ -387,7 +480,9 @@ class CaptureController:
                     f"only {p['steps_done']} of {p['steps_total']} steps recorded in "
                     f"{timeout:g} s; try fewer --steps or a longer --timeout",
                 )
-        return job.reply or _error("capture-failed", "the capture ended without a result")
+        reply = dict(job.reply or _error("capture-failed", "the capture ended without a result"))
+        reply["_sent"] = job.reply_sent  # set by the server once the reply is written
+        return reply
 
     def _finish_locked(self, job: CaptureJob, reply: dict[str, Any]) -> None:
         if job.done.is_set():
@@ -420,6 +515,15 @@ class CaptureController:
                 self._stop_profiler(job)
                 self._finish(job, _error(job.cancel_code, job.cancel_message))
             elif job.state == "waiting":
+                start = job.params["start_step"]
+                steps = self.telemetry.steps
+                if start is not None and steps < start:
+                    return  # not yet: the other ranks start at the same step
+                if start is not None and steps > start:
+                    self._finish(job, _error("late", f"step {start} passed before the capture "
+                                                     f"could start (now at step {steps})"))
+                    return
+                job.first_step = steps
                 self._start_profiler(job, now)
             elif job.state in ("warmup", "recording"):
                 job.marks.append(now)
@@ -471,14 +575,17 @@ class CaptureController:
             job.profiler.start()
             job.marks.append(now)
             job.state = "warmup" if warmup else "recording"
+            self._catch_sigterm()
 
     def _stop_profiler(self, job: CaptureJob) -> None:
+        self._restore_sigterm()
         prof, job.profiler = job.profiler, None
         if prof is not None:
             prof.stop()
 
     def _hand_off(self, job: CaptureJob) -> None:
         """Stop on the training thread, export on another one."""
+        self._restore_sigterm()
         prof = job.profiler
         job.profiler = None
         prof.stop()
@@ -527,6 +634,13 @@ class CaptureController:
             "ok": True,
             "trace": str(path),
             "bytes": size,
+            # Absolute step numbers (this agent's count): ranks of one job started at one
+            # start_step record the same iterations.
+            "start_step": job.first_step,
+            # The profiler starts after step start_step: the warm-up steps follow, then the
+            # recorded ones.
+            "first_recorded_step": (
+                job.first_step + warmup + 1 if job.first_step is not None else None),
             "mode": job.params["mode"],
             "steps": job.params["steps"],
             "warmup": job.params["warmup"],

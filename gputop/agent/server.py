@@ -195,7 +195,12 @@ class AgentServer:
                     self._refuse_oversized(conn)
                     return
                 reply = self._dispatch(line, lambda: _peer_gone(conn))
+                # A handler may ask to know when its reply has left (a capture finished in a
+                # process that is about to die waits for that).
+                sent = reply.pop("_sent", None) if isinstance(reply, dict) else None
                 conn.sendall(_reply_bytes(reply))
+                if sent is not None:
+                    sent.set()
         except OSError:
             pass  # the peer went away or idled out
         except Exception as exc:  # pragma: no cover - defensive

@@ -62,13 +62,7 @@ def _report_width() -> int:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `gputop --help` and the other commands never pay for the analysis code.
-    from gputop.diagnostics.trace import (
-        TraceError,
-        analyze_trace,
-        attach_findings,
-        compare_ranks,
-        straggler_of,
-    )
+    from gputop.diagnostics.trace import TraceError, analyze_trace, compare_job
     from gputop.diagnostics.trace_load import LoadLimits
 
     if not 0 < args.max_trace_mb <= 1e6 or args.max_events <= 0:
@@ -94,11 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
 
-    if len(analyses) >= 2:
-        for finding in compare_ranks(analyses):
-            target = straggler_of(analyses, finding)
-            if target is not None:
-                attach_findings(target, [finding])
+    jobs = compare_job(analyses) if len(analyses) >= 2 else []
 
     if args.json:
         encode = msgspec.json.Encoder().encode
@@ -119,5 +109,9 @@ def run(args: argparse.Namespace) -> int:
                       f"{_one_line(exc)}); `--json` has the figures", file=sys.stderr)
                 continue
             sys.stdout.write(text)
+        for cross in jobs:
+            from gputop.diagnostics.trace_report import format_cross_rank
+
+            sys.stdout.write("\n" + "=" * width + "\n\n" + format_cross_rank(cross, width))
     sys.stdout.flush()
     return 2 if failed else 0

@@ -20,6 +20,7 @@ from gputop.agent.client import (
     agent_status,
     check_reply,
     checked_trace_reply,
+    partial_note,
     trace_limits,
 )
 from gputop.errors import UsageError
@@ -41,7 +42,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             "with `gputop run -- CMD` or call gputop.agent.install() in it."
         ),
     )
-    p.add_argument("pid", help="process id of the training process")
+    p.add_argument("pid", help="process id of the training process (with --job: any rank of "
+                              "the job, or its launcher)")
+    p.add_argument("--job", action="store_true",
+                   help="capture every rank of PID's job on this node at the same steps and "
+                        "compare them: which rank holds the others back, and why")
     what = p.add_mutually_exclusive_group()
     what.add_argument(
         "--steps", type=int, metavar="N", help="optimizer steps to record (default 3)"
@@ -229,8 +234,15 @@ def _analysis(trace: str, as_json: bool, limits: Any = None,
 
 def run(args: argparse.Namespace) -> int:
     pid = _validate(args)
+    if args.job:
+        from gputop.commands import capture_job
+
+        return capture_job.run(args, pid)
     message = _request(args)
     reply = _capture(pid, message, show_progress=True)
+    note = partial_note(reply)
+    if note:
+        print(f"gputop: warning: {note}", file=sys.stderr)
     text, status = _analysis(reply["trace"], args.json, trace_limits(reply), pid=pid)
     print(text)
     return status

@@ -18,9 +18,11 @@ from gputop.diagnostics.findings import Finding, healthy_reason, order_findings,
 from gputop.diagnostics.next_steps import app_of
 from gputop.diagnostics.trace_load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
 from gputop.diagnostics.trace_metrics import TraceMetrics, compute_metrics
-from gputop.diagnostics.trace_rules import healthy_summary, rank_imbalance, run_rules
+from gputop.diagnostics.trace_ranks import CrossRank, compare, split_communication
+from gputop.diagnostics.trace_rules import healthy_summary, run_rules
 
-__all__ = ["TraceAnalysis", "TraceError", "analyze_trace", "attach_findings", "compare_ranks"]
+__all__ = ["TraceAnalysis", "TraceError", "analyze_trace", "attach_findings", "compare_job",
+           "compare_ranks"]
 
 
 @dataclass
@@ -35,6 +37,8 @@ class TraceAnalysis:
     rank: int | None = None
     # The measured data behind ``metrics`` (interval sets, per-step roles); not serialised.
     details: TraceMetrics | None = field(default=None, repr=False, compare=False)
+    # Set when analysed with the other ranks of its job (``compare_job``).
+    cross_rank: CrossRank | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {
@@ -45,6 +49,7 @@ class TraceAnalysis:
             "healthy_reason": self.healthy_reason,
             "assessed": list(self.assessed),
             "not_assessed": list(self.not_assessed),
+            **({"cross_rank": self.cross_rank.to_json()} if self.cross_rank is not None else {}),
         }
 
 
@@ -117,31 +122,47 @@ def _labels(analyses: Sequence[TraceAnalysis]) -> list[str]:
     return [os.path.basename(a.file) for a in analyses]
 
 
+def jobs_among(analyses: Sequence[TraceAnalysis]) -> list[list[TraceAnalysis]]:
+    """The groups of analyses that are ranks of one job: each declares its rank
+    (``distributedInfo``, written by torch.distributed), the ranks of a group share one world
+    size and differ. Traces of no job (no rank) are left alone."""
+    groups: dict[int | None, list[TraceAnalysis]] = {}
+    for a in analyses:
+        if a.details is not None and a.details.rank is not None:
+            groups.setdefault(a.details.world_size, []).append(a)
+    jobs = []
+    for group in groups.values():
+        ranks = [a.details.rank for a in group]
+        if len(group) >= 2 and len(set(ranks)) == len(ranks):
+            jobs.append(sorted(group, key=lambda a: a.details.rank))
+    return jobs
+
+
+def compare_job(analyses: Sequence[TraceAnalysis]) -> list[CrossRank]:
+    """Cross-rank analysis of every job among ``analyses`` (``trace_ranks``): per rank the wait
+    inside collectives, the straggler and its own cause. The ``imbalance`` finding is attached
+    to the straggler's analysis and every rank's ``communication`` finding gets its exposed
+    time split into waiting for the late rank and bandwidth."""
+    out = []
+    for ranks in jobs_among(analyses):
+        cross = compare([a.details for a in ranks], _labels(ranks), [a.file for a in ranks],
+                        [a.findings for a in ranks])
+        for a, row in zip(ranks, cross.rows):
+            a.findings = [split_communication(f, row, cross.straggler)
+                          if f.id == "communication" else f for f in a.findings]
+            a.cross_rank = cross
+        if cross.straggler is not None and cross.findings:
+            attach_findings(ranks[cross.rows.index(cross.straggler)], cross.findings)
+        out.append(cross)
+    return out
+
+
 def compare_ranks(analyses: Sequence[TraceAnalysis]) -> list[Finding]:
-    """``imbalance`` findings over several traces of one job (one trace per rank).
-
-    Only traces that say they are ranks of one job are compared: each declares its rank
-    (``distributedInfo``, written by torch.distributed), the ranks differ and the world sizes
-    agree. Unrelated traces analysed together are left alone."""
-    usable = [a for a in analyses if a.details is not None]
-    if len(usable) < 2:
-        return []
-    ranks = [a.details.rank for a in usable]
-    sizes = {a.details.world_size for a in usable}
-    if None in ranks or len(set(ranks)) != len(ranks) or len(sizes) != 1:
-        return []
-    for a in usable:
-        a.details.details["rank_files"] = [a2.file for a2 in usable]
-    return rank_imbalance([a.details for a in usable], _labels(usable))
-
-
-def straggler_of(analyses: Sequence[TraceAnalysis], finding: Finding) -> TraceAnalysis | None:
-    """The analysis an ``imbalance`` finding is about (named in its title)."""
-    usable = [a for a in analyses if a.details is not None]
-    for label, a in zip(_labels(usable), usable):
-        if finding.title.startswith(f"{label} "):
-            return a
-    return None
+    """The cross-rank findings of the jobs among ``analyses`` (see ``compare_job``), without
+    attaching them."""
+    return [f for ranks in jobs_among(analyses)
+            for f in compare([a.details for a in ranks], _labels(ranks),
+                             [a.file for a in ranks], [a.findings for a in ranks]).findings]
 
 
 def attach_findings(analysis: TraceAnalysis, extra: Sequence[Finding]) -> None:

@@ -198,6 +198,9 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         d for d in att.devices
     ]
     m.details["primary_devices"] = primary
+    # Each collective (start, end, stream), for comparing the ranks of a job (trace_ranks).
+    m.details["collectives"] = [(a.ts, a.end, a.stream) for a in acts
+                                if a.kind == "comm" and w0 <= a.ts < w1]
     _step_breakdown(m, att, primary)
 
     slots_total = total(slots)

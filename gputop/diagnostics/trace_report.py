@@ -199,3 +199,30 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         lines += _wrap("Not assessed: " + "; ".join(a.not_assessed), width, "", "  ")
     # Op, kernel and device names come from the file: no line may carry a terminal escape.
     return "\n".join(safe_text(line) for line in lines) + "\n"
+
+
+def format_cross_rank(cross, width: int = 100) -> str:
+    """The ranks of one job side by side (``trace_ranks.CrossRank``): per rank its step,
+    compute, exposed communication split into waiting for a late rank and moving data, its
+    straggler score and own top cause; then the straggler."""
+    width = max(60, width)
+    lines = [f"Ranks of one job ({len(cross.rows)} traces, {len(cross.steps)} common steps; "
+             f"compared by {cross.method})", ""]
+    head = (f"  {'rank':<10} {'step':>9} {'compute':>9} {'exposed comm':>13} {'waiting':>9} "
+            f"{'bandwidth':>10} {'score':>6}  own top cause")
+    lines.append(head)
+    for r in cross.rows:
+        lines.append(
+            f"  {r.label[:10]:<10} {_ms(r.step_ms):>9} {_ms(r.compute_ms):>9} "
+            f"{_ms(r.exposed_comm_ms):>13} {_ms(r.exposed_wait_ms):>9} "
+            f"{_ms(r.exposed_bandwidth_ms):>10} {r.straggler_score:>6.2f}  "
+            f"{r.top_cause or '-'}")
+    lines.append("  (per step; waiting: exposed communication spent waiting for a late rank)")
+    lines.append("")
+    if cross.straggler is None:
+        lines += _wrap("No straggler: no rank holds the others back.", width, "", "  ")
+    for f in cross.findings:
+        lines += _wrap(f"[{f.severity.upper()}] {f.id}: {f.title}", width, "", "  ")
+        lines += _wrap(f"Evidence: {f.evidence}", width, "  ", "    ")
+        lines += _wrap(f"Fix: {f.fix}", width, "  ", "    ")
+    return "\n".join(safe_text(line) for line in lines) + "\n"

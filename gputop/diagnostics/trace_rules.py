@@ -10,13 +10,11 @@ Holistic Trace Analysis, Nsight Systems expert rules); each carries its reason n
 from __future__ import annotations
 
 import re
-import shlex
-import statistics
 from collections.abc import Callable
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import SEVERITY_RANK, Finding, order_findings
-from gputop.diagnostics.trace_intervals import RangeIndex, intersect, total
+from gputop.diagnostics.trace_intervals import intersect, total
 from gputop.diagnostics.trace_metrics import TraceMetrics
 
 # Share of the window a finding costs -> severity.
@@ -47,8 +45,6 @@ MEMORY_PRESSURE_PCT = 90.0
 # Mixed precision moves GEMM/convolution work to tensor cores; NVIDIA's AMP guidance reports
 # 2-3x on such layers, so assume the conservative end: their time halves.
 TENSOR_CORE_SAVING = 0.5
-# A rank is "systematically" late when it is the slowest in at least 2 of 3 compared steps.
-STRAGGLER_MAJORITY = 2 / 3
 
 
 
@@ -835,84 +831,3 @@ def healthy_summary(m: TraceMetrics) -> str:
     if rest:
         return f"{head}; the idle rest ({rest}) has no cause at 5% or more"
     return head
-
-
-# --- several ranks of one job ----------------------------------------------------------------
-
-
-def rank_imbalance(metrics: list[TraceMetrics], labels: list[str]) -> list[Finding]:
-    """A rank that does systematically more work per step than the others makes them wait in
-    collectives: compare per-step work (step time minus time spent in collectives)."""
-    if len(metrics) < 2:
-        return []
-    series = [_work_by_step(m) for m in metrics]
-    if any(not s for s in series):
-        return []
-    common = set(series[0])
-    for s in series[1:]:
-        common &= set(s)
-    if len(common) < 2:
-        # Step names differ (ranks profiled different iterations): align by position.
-        n = min(len(s) for s in series)
-        series = [dict(enumerate(list(s.values())[:n])) for s in series]
-        common = set(range(n))
-    keys = sorted(common, key=str)
-    if len(keys) < 2:
-        return []
-    slowest_count = [0] * len(metrics)
-    excess_ms = [0.0] * len(metrics)
-    for key in keys:
-        works = [s[key][0] for s in series]
-        worst = max(range(len(works)), key=works.__getitem__)
-        slowest_count[worst] += 1
-        others = [w for i, w in enumerate(works) if i != worst]
-        excess_ms[worst] += works[worst] - statistics.median(others)
-    straggler = max(range(len(metrics)), key=slowest_count.__getitem__)
-    if slowest_count[straggler] < STRAGGLER_MAJORITY * len(keys):
-        return []
-    step_ms = sum(series[straggler][k][1] for k in keys)
-    cost = excess_ms[straggler]
-    share = cost / step_ms if step_ms > 0 else 0.0
-    if share < WARNING_SHARE:
-        return []
-    mine = statistics.median(series[straggler][k][0] for k in keys)
-    rest = statistics.median(s[k][0] for i, s in enumerate(series) if i != straggler for k in keys)
-    m = metrics[straggler]
-    who = labels[straggler]
-    dev = m.devices[0].index if m.gpu_present and len(m.devices) == 1 else None
-    return [
-        Finding(
-            id="imbalance",
-            severity=severity_for(share),
-            title=f"{who} is the straggler: it is the slowest in {slowest_count[straggler]} of "
-            f"{len(keys)} steps",
-            evidence=(
-                f"per-step work (step time minus collectives) median {_ms(mine)} on {who} vs "
-                f"{_ms(rest)} on the other {len(metrics) - 1} rank(s); the others wait "
-                f"{_ms(cost)} in all for it ({_pct(share)} of its step time)."
-            ),
-            fix=(
-                "Even out the work per rank: equal shards (DistributedSampler, drop_last=True), "
-                "length-grouped batches for variable sequence lengths, balanced model/embedding "
-                "sharding; check the slow rank's GPU and host for throttling or other processes "
-                "(gputop's live view), and make rank-0-only work (logging, checkpoints) "
-                "asynchronous."
-            ),
-            next_step="gputop analyze " + " ".join(
-                shlex.quote(f) for f in m.details.get("rank_files", ["rank*.json"])),
-            cost_s=cost / 1e3,
-            gpu=dev,
-        )
-    ]
-
-
-def _work_by_step(m: TraceMetrics) -> dict:
-    """Step name -> (work ms, step ms); work excludes time waiting in collectives."""
-    out = {}
-    host_coll = RangeIndex(m.ranges.get("host_collectives", []))
-    for step, row in zip(m.steps, m.per_step_roles_ms):
-        wait = row["communication"] if row.get("communication") else (
-            host_coll.covered(step.start, step.end) / 1e3
-        )
-        out[step.name] = (row["total"] - wait, row["total"])
-    return out

@@ -1,0 +1,126 @@
+"""`gputop capture --job PID`: record the same steps on every rank of PID's job and diagnose
+them together (which rank holds the others back, and why).
+
+PID is any rank of the job, or its launcher (torchrun). Every rank's agent is asked to start at
+one step number (``gputop.agent.jobs``), so the traces cover the same iterations; each rank's
+trace is analysed on its own, then the ranks are compared (``gputop.diagnostics.trace_ranks``).
+A rank that does not answer or dies on the way is named on stderr; the others are still
+analysed, and the exit status is 0 as long as one rank was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gputop.agent.client import AgentError, partial_note, trace_limits
+from gputop.errors import UsageError
+from gputop.format import safe_text
+
+
+def run(args: argparse.Namespace, pid: int) -> int:
+    from gputop.agent.jobs import capture_job, find_job
+
+    if args.seconds is not None:
+        raise UsageError("--job records steps: give --steps, not --seconds")
+    try:
+        job = find_job(pid)
+    except AgentError as exc:
+        raise UsageError(safe_text(exc), exit_code=1) from None
+    for note in job.unreachable:
+        print(f"gputop: warning: {safe_text(note)}", file=sys.stderr)
+    progress = None if args.json else (lambda text: print(f"gputop: {text}", file=sys.stderr))
+    try:
+        result = capture_job(job, 3 if args.steps is None else args.steps, args.timeout,
+                             warmup=args.warmup, out=args.out, with_stack=args.with_stack,
+                             on_progress=progress)
+    except OSError as exc:
+        raise UsageError(f"cannot create the capture directory: {exc.strerror or exc}",
+                         exit_code=1) from None
+    for failed in result.failed:
+        print(f"gputop: warning: rank {failed.agent.rank} (pid {failed.agent.pid}) has no trace: "
+              f"{safe_text(failed.error)}", file=sys.stderr)
+    analyses, problems = _analyse(result)
+    for problem in problems:
+        print(f"gputop: warning: {safe_text(problem)}", file=sys.stderr)
+    if not analyses:
+        print("gputop: error: no rank of the job gave a trace to analyse", file=sys.stderr)
+        return 1
+    from gputop.diagnostics.trace import compare_job
+
+    jobs = compare_job([a for a, _ in analyses])
+    cross = jobs[0] if jobs else None
+    if args.json:
+        print(json.dumps(_json(result, analyses, cross)))
+    else:
+        print(_text(result, analyses, cross))
+    return 0
+
+
+def _analyse(result) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """Each captured rank's analysis, with its pid and command line for the next steps."""
+    from gputop.commands.capture import process_cmdline
+    from gputop.diagnostics.trace import TraceError, analyze_trace
+
+    out, problems = [], []
+    for rc in result.captured:
+        note = partial_note(rc.reply)
+        if note:
+            problems.append(f"rank {rc.agent.rank}: {note}")
+        try:
+            a = analyze_trace(rc.reply["trace"], trace_limits(rc.reply), pid=rc.agent.pid,
+                              cmdline=process_cmdline(rc.agent.pid))
+        except TraceError as exc:
+            problems.append(f"rank {rc.agent.rank}: cannot analyze its trace: {exc}")
+            continue
+        out.append((a, rc))
+    if not result.aligned() and len(result.captured) > 1:
+        problems.append("the ranks did not all record from the same step; the comparison "
+                        "aligns what they share")
+    return out, problems
+
+
+def _json(result, analyses, cross) -> dict[str, Any]:
+    ranks = []
+    for rc in result.ranks:
+        row = rc.to_json()
+        match = next((a for a, r in analyses if r is rc), None)
+        if match is not None:
+            row["verdict"] = match.verdict
+            row["analysis"] = match.to_json()
+        ranks.append(row)
+    findings = cross.findings if cross is not None else []
+    return {
+        "job": result.job.to_json(),
+        "start_step": result.start_step,
+        "aligned": result.aligned(),
+        "directory": str(result.directory),
+        "traces": [rc.reply["trace"] for rc in result.captured],
+        "ranks": ranks,
+        "failed": [rc.to_json() for rc in result.failed],
+        "cross_rank": cross.to_json() if cross is not None else None,
+        "findings": [f.to_json() for f in findings],
+        "verdict": findings[0].id if findings else None,
+    }
+
+
+def _text(result, analyses, cross) -> str:
+    from gputop.diagnostics.trace_report import format_cross_rank
+
+    first = next((r.reply.get("first_recorded_step") for r in result.captured), None)
+    lines = [f"gputop capture --job: {len(result.captured)} of {len(result.ranks)} ranks "
+             f"recorded steps from {first} (job {result.job.job_id})"]
+    for a, rc in sorted(analyses, key=lambda x: (x[1].agent.rank is None, x[1].agent.rank)):
+        top = next((f for f in a.findings if f.severity != "info"), None)
+        what = f"{top.id}: {top.title}" if top else (a.healthy_reason or "healthy")
+        lines.append(f"  rank {rc.agent.rank} (pid {rc.agent.pid}): {a.verdict} - {what}")
+    lines.append("")
+    if cross is not None:
+        lines.append(format_cross_rank(cross).rstrip("\n"))
+    lines.append("")
+    lines.append(f"traces: {result.directory}  (one per rank; `gputop analyze {result.directory}/*`"
+                 " for each rank's full report; open them in https://ui.perfetto.dev or with "
+                 f"`tensorboard --logdir {result.directory}`)")
+    return "\n".join(safe_text(line) for text in lines for line in text.split("\n"))
