@@ -160,10 +160,13 @@ def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
         gpus.append(data)
     host = asdict(snap.host)
     host["cpu_per_core"] = list(snap.host.cpu_per_core)
+    from gputop.job_groups import jobs_in
+
     return {
         "time": snap.time,
         "host": host,
         "driver": asdict(snap.driver),
         "gpus": gpus,
         "processes": [_proc_to_json(p) for p in snap.other_processes],
+        "jobs": [job.to_json() for job in jobs_in(snap)],
     }

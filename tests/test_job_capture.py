@@ -64,33 +64,81 @@ def capture(env: dict, pid: int, steps: int = 3, timeout: float = 2 * SLOW) -> t
     return proc.returncode, data, proc.stderr
 
 
-def test_a_slow_rank_is_named_with_its_cause(world):
+@pytest.fixture(scope="module")
+def slow_job(world):
+    """The job with rank 2's DataLoader made slow, shared by the capture and the live tests.
+    Its ranks are up before the first test starts, so they are not that test's leftovers."""
     with running(start_job(world, "--slow-rank", "2", "--slow-ms", "6")) as job:
-        found = wait_for_ranks(job.pid)
-        assert [r.rank for r in found.ranks] == [0, 1, 2, 3]
-        assert found.launcher_pid == job.pid
-        code, data, err = capture(world, job.pid)
-        assert code == 0, err
-        # Four traces, one directory, the same recorded steps on every rank.
-        assert len(data["traces"]) == 4 and data["aligned"] is True
-        firsts = {r["first_recorded_step"] for r in data["ranks"]}
-        assert len(firsts) == 1 and firsts != {None}
-        assert len({t.rsplit("/", 1)[0] for t in data["traces"]}) == 1
-        cross = data["cross_rank"]
-        assert cross["method"] == "collective start times"
-        assert cross["straggler"]["rank"] == 2, cross
-        assert cross["straggler"]["cause"] == "dataloader-stall"
-        imbalance = [f for f in data["findings"] if f["id"] == "imbalance"]
-        assert imbalance and "rank 2" in imbalance[0]["title"]
-        assert "dataloader-stall" in imbalance[0]["title"] + imbalance[0]["evidence"]
-        # The straggler's own report carries it; the others' communication is mostly waiting.
-        slow = next(r for r in data["ranks"] if r["rank"] == 2)
-        assert {"imbalance", "dataloader-stall"} <= {f["id"] for f in slow["analysis"]["findings"]}
-        waiters = [r for r in cross["ranks"] if r["rank"] != 2]
-        assert all(r["exposed_waiting_for_late_rank_ms"] > r["exposed_bandwidth_ms"]
-                   for r in waiters), waiters
-        scores = {r["rank"]: r["straggler_score"] for r in cross["ranks"]}
-        assert scores[2] == max(scores.values()) and all(0 <= s <= 1 for s in scores.values())
+        wait_for_ranks(job.pid)
+        yield job
+
+
+def test_a_slow_rank_is_named_with_its_cause(world, slow_job):
+    job = slow_job
+    found = wait_for_ranks(job.pid)
+    assert [r.rank for r in found.ranks] == [0, 1, 2, 3]
+    assert found.launcher_pid == job.pid
+    code, data, err = capture(world, job.pid)
+    assert code == 0, err
+    # Four traces, one directory, the same recorded steps on every rank.
+    assert len(data["traces"]) == 4 and data["aligned"] is True
+    firsts = {r["first_recorded_step"] for r in data["ranks"]}
+    assert len(firsts) == 1 and firsts != {None}
+    assert len({t.rsplit("/", 1)[0] for t in data["traces"]}) == 1
+    cross = data["cross_rank"]
+    assert cross["method"] == "collective start times"
+    assert cross["straggler"]["rank"] == 2, cross
+    assert cross["straggler"]["cause"] == "dataloader-stall"
+    imbalance = [f for f in data["findings"] if f["id"] == "imbalance"]
+    assert imbalance and "rank 2" in imbalance[0]["title"]
+    assert "dataloader-stall" in imbalance[0]["title"] + imbalance[0]["evidence"]
+    # The straggler's own report carries it; the others' communication is mostly waiting.
+    slow = next(r for r in data["ranks"] if r["rank"] == 2)
+    assert {"imbalance", "dataloader-stall"} <= {f["id"] for f in slow["analysis"]["findings"]}
+    waiters = [r for r in cross["ranks"] if r["rank"] != 2]
+    assert all(r["exposed_waiting_for_late_rank_ms"] > r["exposed_bandwidth_ms"]
+               for r in waiters), waiters
+    scores = {r["rank"]: r["straggler_score"] for r in cross["ranks"]}
+    assert scores[2] == max(scores.values()) and all(0 <= s <= 1 for s in scores.values())
+
+
+def test_snapshot_lists_the_job_and_watch_names_the_slow_rank_live(world, slow_job, tmp_path):
+    wait_for_ranks(slow_job.pid)
+    snap = subprocess.run([sys.executable, "-m", "gputop", "snapshot", "--json"],
+                          capture_output=True, text=True, env=world, cwd=REPO, timeout=2 * SLOW)
+    assert snap.returncode == 0, snap.stderr
+    jobs = json.loads(snap.stdout)["jobs"]
+    assert len(jobs) == 1, jobs
+    job = jobs[0]
+    assert job["launcher_pid"] == slow_job.pid and job["world_size"] == 4
+    assert [r["rank"] for r in job["ranks"]] == [0, 1, 2, 3]
+    assert all(r["gpus"] == [] and r["steps"] > 0 for r in job["ranks"])  # gloo: CPU ranks
+    # The live rules compare the agents' step telemetry: rank 2 waits on its DataLoader, the
+    # others wait for it in the all-reduce.
+    out = tmp_path / "watch.jsonl"
+    with out.open("w") as sink:
+        watch = subprocess.Popen([sys.executable, "-m", "gputop", "watch", "--json",
+                                  "--interval", "0.5"], stdout=sink, stderr=subprocess.DEVNULL,
+                                 env=world, cwd=REPO)
+        try:
+            raised = wait_for(lambda: _raised(out, "imbalance"), timeout=3 * SLOW, interval=0.5)
+        finally:
+            watch.terminate()
+            watch.wait(SLOW)
+    assert raised["rank"] == 2 and raised["job"] == job["job_id"], raised
+    assert raised["pid"] == job["ranks"][2]["pid"]
+    assert "dataloader-stall" in raised["title"] and "rank 2" in raised["title"]
+    assert raised["next_step"] == f"gputop capture --job {raised['pid']} --steps 3"
+
+
+def _raised(path, finding: str) -> dict | None:
+    """The first `watch --json` event in ``path`` that raises ``finding``."""
+    for line in path.read_text().splitlines():
+        if line.endswith("}"):  # a whole line, not one being written
+            event = json.loads(line)
+            if event["state"] == "raised" and event["id"] == finding:
+                return event
+    return None
 
 
 def test_the_same_job_without_the_slow_rank_has_no_straggler(world):

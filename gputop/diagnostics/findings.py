@@ -53,6 +53,9 @@ class Finding:
     # Where in the code (live findings, from the process's Python stacks): "decode_sample
     # (dataset.py:48), 61 % of worker samples". Set after the rules ran; None until known.
     where: str | None = None
+    # The distributed job and rank it concerns (live findings on a rank's process or GPU).
+    job: str | None = None
+    rank: int | None = None
 
     def __post_init__(self) -> None:
         # Catch typos at the source: a misspelt id or severity would silently break the UI.
@@ -77,6 +80,9 @@ class Finding:
             out["pid"] = self.pid
         if self.where is not None:
             out["where"] = self.where
+        if self.job is not None:
+            out["job"] = self.job
+            out["rank"] = self.rank
         return out
 
 

@@ -32,6 +32,8 @@ import numpy as np
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding, order_findings
+from gputop.diagnostics.live_ranks import annotate, rank_imbalance
+from gputop.job_groups import jobs_in
 from gputop.model import GpuSample, ProcSample, Snapshot
 
 WINDOW_S = 10.0  # most rules look at the last 10 s
@@ -523,6 +525,11 @@ def rule_imbalance(ctx: _Context) -> list[Finding]:
     return out
 
 
+def rule_rank_imbalance(ctx: _Context) -> list[Finding]:
+    """The ranks of one job side by side, from their agents' step telemetry (``live_ranks``)."""
+    return rank_imbalance(jobs_in(ctx.window[-1])) if ctx.window else []
+
+
 def rule_hardware(ctx: _Context) -> list[Finding]:
     out = []
     for index, gpus in ctx.per_gpu():
@@ -588,6 +595,7 @@ RULES = (
     rule_pcie,
     rule_contention,
     rule_imbalance,
+    rule_rank_imbalance,
     rule_hardware,
     rule_launch_bound,
 )
@@ -642,6 +650,9 @@ ROOT_CAUSES = ("hung", "dataloader-stall", "host-sync", "pcie-bound", "throttlin
 
 
 def _group(f: Finding) -> object:
+    # A job's straggler is the job's root cause, beside whatever holds its GPU.
+    if f.id == "imbalance" and f.job is not None:
+        return ("job", f.job)
     return f.gpu if f.gpu is not None else ("pid", f.pid)
 
 
@@ -682,7 +693,11 @@ def evaluate(history: list[Snapshot], own_pid: int | None = None,
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(ctx))
-    return order_findings(arbitrate(found))
+    jobs = jobs_in(history[-1])
+    if any(f.id == "imbalance" and f.job is not None for f in found):
+        # The agents' step times name the straggler; GPU utilisation only guesses at it.
+        found = [f for f in found if f.id != "imbalance" or f.job is not None]
+    return order_findings(arbitrate(annotate(found, jobs)))
 
 
 # -- hysteresis ---------------------------------------------------------------------------------
@@ -700,8 +715,8 @@ class Transition:
 
     def to_json(self, host: str) -> dict:
         data = {"time": self.time, "host": host, "state": self.state, **self.finding.to_json()}
-        data.setdefault("gpu", None)
-        data.setdefault("pid", None)
+        for key in ("gpu", "pid", "job", "rank"):
+            data.setdefault(key, None)
         return data
 
 

@@ -144,8 +144,9 @@ def pyspy_record(pid: int | None, out: str, seconds: int = 10, app: str = APP,
     return cmd if pid else f"{cmd} -- {app}"
 
 
-def gputop_capture(pid: int | None, steps: int = 3) -> str:
-    return f"gputop capture {pid if pid else 'PID'} --steps {steps}"
+def gputop_capture(pid: int | None, steps: int = 3, job: bool = False) -> str:
+    """A capture of the process (``job``: of every rank of its job, aligned on one step)."""
+    return f"gputop capture {'--job ' if job else ''}{pid if pid else 'PID'} --steps {steps}"
 
 
 def check_command(command: str) -> list[str]:
