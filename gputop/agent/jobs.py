@@ -31,9 +31,13 @@ from gputop.agent.client import (
     request_capture,
 )
 
-# How far ahead of the fastest rank the aligned start is set, in seconds of its steps: the
-# requests to every rank must land before any of them reaches that step.
-LEAD_S = 1.5
+# How far ahead of the fastest rank the aligned start is set, in seconds of its steps beyond
+# the time since its step count was read: the requests to every rank (a local socket each, sent
+# in parallel: milliseconds) must land before any of them reaches that step. A rank that still
+# finds its start passed replies `late`; the capture is then armed again once, LEAD_RETRY times
+# further ahead (a machine so busy that the requests took that long).
+LEAD_S = 0.3
+LEAD_RETRY = 5
 MIN_LEAD_STEPS = 2
 QUERY_TIMEOUT_S = 2.0
 
@@ -220,15 +224,41 @@ def capture_job(
 ) -> JobCapture:
     """Record the same ``steps`` optimizer steps on every rank of ``job`` (see the module
     docstring). Never raises for one rank's failure: it is reported in its RankCapture."""
+    root = Path(out or os.environ.get("GPUTOP_CAPTURE_DIR") or default_capture_dir())
+    directory = root / f"job-{_safe(job.job_id)}-{int(time.time() * 1000)}"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=False)
+    lead_s = LEAD_S
+    for attempt in range(2):
+        start, results = _armed_capture(job, steps, timeout, lead_s, directory, warmup,
+                                        with_stack, on_progress, should_stop)
+        late = [rc for rc in results if rc.code == "late"]
+        if not late or attempt or (should_stop is not None and should_stop()):
+            break
+        # Misaligned: the ranks that recorded did so at a step the late one missed.
+        for rc in results:
+            trace = (rc.reply or {}).get("trace")
+            if isinstance(trace, str) and Path(trace).parent == directory:
+                Path(trace).unlink(missing_ok=True)
+        if on_progress is not None:
+            on_progress(f"rank {late[0].agent.rank} was already past step {start}; asking again "
+                        "further ahead")
+        lead_s *= LEAD_RETRY
+    return JobCapture(job, start, directory, results)
+
+
+def _armed_capture(job: Job, steps: int, timeout: float, lead_s: float, directory: Path,
+                   warmup: int | None, with_stack: bool,
+                   on_progress: Callable[[str], None] | None,
+                   should_stop: Callable[[], bool] | None) -> tuple[int, list[RankCapture]]:
+    """Read every rank's step, arm them all to start at one step ``lead_s`` ahead, wait."""
+    asked = time.monotonic()
     fresh = {a.pid: a for a in agents_on_node()}
     ranks = [fresh.get(a.pid, a) for a in job.ranks]
     top = max(a.steps for a in ranks)
     rate = max((a.steps_per_s or 0.0) for a in ranks)
-    lead = max(MIN_LEAD_STEPS, math.ceil(rate * LEAD_S))
+    # Steps taken since the counts were read, plus the lead.
+    lead = max(MIN_LEAD_STEPS, math.ceil(rate * (time.monotonic() - asked + lead_s)))
     start = top + lead
-    root = Path(out or os.environ.get("GPUTOP_CAPTURE_DIR") or default_capture_dir())
-    directory = root / f"job-{_safe(job.job_id)}-{int(time.time() * 1000)}"
-    directory.mkdir(mode=0o700, parents=True, exist_ok=False)
     # The wait for the start step counts against no one's timeout.
     wait_s = lead / rate if rate else 0.0
     results = [RankCapture(a) for a in ranks]
@@ -252,4 +282,4 @@ def capture_job(
         t.start()
     for t in threads:
         t.join()
-    return JobCapture(job, start, directory, results)
+    return start, results

@@ -114,8 +114,8 @@ def _text(result, analyses, cross) -> str:
              f"recorded steps from {first} (job {result.job.job_id})"]
     for a, rc in sorted(analyses, key=lambda x: (x[1].agent.rank is None, x[1].agent.rank)):
         top = next((f for f in a.findings if f.severity != "info"), None)
-        what = f"{top.id}: {top.title}" if top else (a.healthy_reason or "healthy")
-        lines.append(f"  rank {rc.agent.rank} (pid {rc.agent.pid}): {a.verdict} - {what}")
+        what = f"{top.id}: {top.title}" if top else f"{a.verdict}: {a.healthy_reason or 'healthy'}"
+        lines.append(f"  rank {rc.agent.rank} (pid {rc.agent.pid}): {what}")
     lines.append("")
     if cross is not None:
         lines.append(format_cross_rank(cross).rstrip("\n"))

@@ -54,9 +54,12 @@ def _scaled(value: object, factor: float) -> float | None:
 
 def agent_line(a: dict) -> str:
     """The agent's telemetry in one line; n/a until the first steps are timed (never 0)."""
+    rank, world = a.get("rank"), a.get("world_size")
+    who = (f"rank {rank}/{world}, " if isinstance(rank, int) and isinstance(world, int)
+           and not isinstance(rank, bool) else "")
     if not a.get("steps"):
-        return "no optimizer step yet (steps/s, step time and DataLoader wait: n/a)"
-    return (f"{num(_scaled(a.get('steps_per_s'), 1), 2)} steps/s, step p50 "
+        return who + "no optimizer step yet (steps/s, step time and DataLoader wait: n/a)"
+    return who + (f"{num(_scaled(a.get('steps_per_s'), 1), 2)} steps/s, step p50 "
             f"{num(_scaled(a.get('step_time_p50_s'), 1000), 0, ' ms')}, DataLoader wait "
             f"{pct(_scaled(a.get('dataloader_wait_share'), 100))}")
 
