@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, pid: int) -> int:
     for failed in result.failed:
         print(f"gputop: warning: rank {failed.agent.rank} (pid {failed.agent.pid}) has no trace: "
               f"{safe_text(failed.error)}", file=sys.stderr)
-    analyses, problems = _analyse(result)
+    analyses, problems = analyse_ranks(result)
     for problem in problems:
         print(f"gputop: warning: {safe_text(problem)}", file=sys.stderr)
     if not analyses:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, pid: int) -> int:
     return 0
 
 
-def _analyse(result) -> tuple[list[tuple[Any, Any]], list[str]]:
+def analyse_ranks(result) -> tuple[list[tuple[Any, Any]], list[str]]:
     """Each captured rank's analysis, with its pid and command line for the next steps."""
     from gputop.commands.capture import process_cmdline
     from gputop.diagnostics.trace import TraceError, analyze_trace

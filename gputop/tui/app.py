@@ -40,6 +40,7 @@ from textual.worker import get_current_worker
 
 from gputop.diagnostics.live import finding_key
 from gputop.format import safe_text
+from gputop.job_groups import jobs_in
 from gputop.model import Snapshot
 from gputop.stacks.where import WhereFinder
 from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
@@ -177,6 +178,7 @@ class GputopApp(App[int]):
         self.auto_capture = AutoCapturePolicy() if auto_capture else None
         self.capture_timeout = capture_timeout
         self.captures: dict[int, CaptureRun] = {}
+        self.job_captures: dict[str, CaptureRun] = {}  # by job id
         self.capture_notes: dict[tuple, str] = {}  # finding key -> the line under it
         self._capture_timer = None
         self._findings_shown: tuple | None = None
@@ -570,7 +572,11 @@ class GputopApp(App[int]):
         except Exception:  # an unreadable socket directory: no agent we can reach
             has_agent = False
         if has_agent:
-            self.call_from_thread(self.action_capture, pid)
+            job = self._job_of(pid)
+            if job is not None:
+                self.call_from_thread(self.capture_job, job.job_id, pid)
+            else:
+                self.call_from_thread(self.action_capture, pid)
             return
         from gputop.stacks.pyspy import unusable_reason
 
@@ -618,7 +624,7 @@ class GputopApp(App[int]):
 
     def _show_capture_status(self) -> None:
         """The status line above the process table, with the elapsed seconds."""
-        if not self.captures:
+        if not self.captures and not self.job_captures:
             self.capture_line.display = False
             if self._capture_timer is not None:
                 self._capture_timer.stop()
@@ -629,6 +635,9 @@ class GputopApp(App[int]):
         for run in self.captures.values():
             who = "auto-capture" if run.finding is not None else "capture"
             parts.append(f"{who} of pid {run.pid}: {run.stage} · {now - run.started:.0f} s")
+        for job_id, run in self.job_captures.items():
+            parts.append(f"capture of job {safe_text(job_id)[:40]}: {safe_text(run.stage)} · "
+                         f"{now - run.started:.0f} s")
         self.capture_line.set_text(Text("◷ " + "   ".join(parts), style="bold"))
         self.capture_line.display = True
 
@@ -713,3 +722,86 @@ class GputopApp(App[int]):
         """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it);
         ``source``: the source lines of the top costs, when the trace has Python stacks."""
         self.push_screen(DiagnosisScreen(pid, analysis, trace, source))
+
+    # -- whole jobs: `p` on a rank or on the job row ----------------------------------------
+
+    def _job_of(self, pid: int):
+        """The distributed job (two or more ranks on this node) that ``pid`` is a rank or the
+        launcher of, from the newest frame; None for a lone process."""
+        snap = self.frame.snapshot if self.frame is not None else None
+        if snap is None:
+            return None
+        for job in jobs_in(snap):
+            if len(job.ranks) >= 2 and (pid in job.pids or pid == job.launcher_pid):
+                return job
+        return None
+
+    def capture_job(self, job_id: str, pid: int) -> None:
+        """Record the same steps on every rank of the job, then show the ranks side by side."""
+        if job_id in self.job_captures:
+            self.notify(f"a capture of job {safe_text(job_id)} is already running",
+                        severity="warning", timeout=4)
+            return
+        self.job_captures[job_id] = CaptureRun(pid, None, time.monotonic(), "asking the ranks")
+        self.notify(f"capture requested for every rank of job {safe_text(job_id)}: recording "
+                    f"{CAPTURE_STEPS} steps", timeout=4)
+        if self._capture_timer is None:
+            self._capture_timer = self.set_interval(1.0, self._show_capture_status)
+        self._show_capture_status()
+        self._run_job_capture(job_id, pid)
+
+    @work(thread=True, group="capture", exit_on_error=False)
+    def _run_job_capture(self, job_id: str, pid: int) -> None:
+        """Off the event loop: every rank records the same steps, each trace is analysed, the
+        ranks are compared."""
+        from gputop.agent.client import AgentError
+        from gputop.agent.jobs import capture_job, find_job
+        from gputop.commands.capture_job import analyse_ranks
+        from gputop.diagnostics.trace import compare_job
+        from gputop.tui.widgets.job_screen import JobResult
+
+        worker = get_current_worker()
+
+        def tell(method, *args) -> None:
+            if not worker.is_cancelled:
+                self.call_from_thread(method, *args)
+
+        try:
+            job = find_job(pid)
+            result = capture_job(job, CAPTURE_STEPS, self.capture_timeout,
+                                 on_progress=lambda text: tell(self._job_stage, job_id, text),
+                                 should_stop=lambda: worker.is_cancelled)
+            tell(self._job_stage, job_id, "analyzing the ranks' traces")
+            analyses, warnings = analyse_ranks(result)
+            crosses = compare_job([a for a, _ in analyses])
+        except (AgentError, OSError) as exc:
+            tell(self._job_failed, job_id, f"capture of job {job_id} failed: {exc}")
+            return
+        except Exception as exc:  # never a traceback on screen
+            tell(self._job_failed, job_id,
+                 f"capture of job {job_id} failed: {type(exc).__name__}: {exc}")
+            return
+        failed = [f"rank {rc.agent.rank} (pid {rc.agent.pid}): {rc.error}"
+                  for rc in result.failed]
+        first = next((rc.reply.get("first_recorded_step") for rc in result.captured), None)
+        tell(self._job_done, JobResult(job_id, str(result.directory),
+                                       first if isinstance(first, int) else None,
+                                       crosses[0] if crosses else None, failed, warnings))
+
+    def _job_stage(self, job_id: str, stage: str) -> None:
+        run = self.job_captures.get(job_id)
+        if run is not None:
+            run.stage = stage
+            self._show_capture_status()
+
+    def _job_failed(self, job_id: str, message: str) -> None:
+        self.job_captures.pop(job_id, None)
+        self._show_capture_status()
+        self.notify(safe_text(" ".join(message.split())), severity="error", timeout=8)
+
+    def _job_done(self, result) -> None:
+        self.job_captures.pop(result.job_id, None)
+        self._show_capture_status()
+        from gputop.tui.widgets.job_screen import JobScreen
+
+        self.push_screen(JobScreen(result))
