@@ -16,7 +16,8 @@ from gputop import __version__
 from gputop.errors import UsageError
 
 # Order is the order shown in --help.
-COMMANDS = ("top", "snapshot", "watch", "capture", "analyze", "run", "record", "report")
+COMMANDS = ("top", "snapshot", "watch", "capture", "analyze", "run", "record", "report",
+            "exporter")
 
 
 def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
