@@ -195,18 +195,17 @@ def share_process():
     return share
 
 
-def _shared_tree() -> set[int]:
-    pids = set()
-    for root in list(_shared):
-        if not root.is_running():
-            _shared.discard(root)
-            continue
-        pids.add(root.pid)
-        try:
-            pids.update(child.pid for child in root.children(recursive=True))
-        except psutil.Error:
-            pass
-    return pids
+def _under_shared(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is a shared server or runs under one (a session of a shared sshd)."""
+    roots = {root.pid for root in _shared if root.is_running()}
+    if not roots:
+        return False
+    try:
+        return proc.pid in roots or any(p.pid in roots for p in proc.parents())
+    except psutil.ZombieProcess:
+        return False  # ours to reap
+    except psutil.Error:
+        return True  # gone already: nothing to end
 
 
 @pytest.fixture(autouse=True)
@@ -223,8 +222,7 @@ def _no_process_outlives_its_test(request):
         for key, proc in _children().items():
             if key not in before:  # a zombie too: waiting on it here reaps it
                 left[proc.pid] = proc
-        for pid in _shared_tree():
-            left.pop(pid, None)
+        left = {pid: p for pid, p in left.items() if not _under_shared(p)}
         if left:
             _swept.extend((request.node.nodeid, _describe(p)) for p in left.values())
             end_processes(left.values())

@@ -1,4 +1,4 @@
-"""Real OpenSSH servers for the fleet tests and benchmark: Debian's sshd on 127.0.0.x, each
+"""Real OpenSSH servers for the fleet tests and benchmark (no pytest needed here): Debian's sshd on 127.0.0.x, each
 with a private configuration, a throwaway host key, and a throwaway user key for the client.
 
 Each node's "gputop" is this checkout's gputop on the node's own demo scenario: the sshd of a
@@ -22,9 +22,22 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import REPO, end_processes
-
+REPO = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
+
+
+def kill_tree(proc: psutil.Process, timeout: float = 30.0) -> None:
+    """SIGKILL a process and everything under it (listed before anything dies)."""
+    try:
+        victims = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        victims = [proc]
+    for victim in victims:
+        try:
+            victim.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(victims, timeout=timeout)
 
 
 def sshd_missing() -> str | None:
@@ -82,7 +95,7 @@ class Node:
         if self.proc is None:
             return
         try:
-            end_processes([psutil.Process(self.proc.pid)])
+            kill_tree(psutil.Process(self.proc.pid))
         except psutil.NoSuchProcess:
             pass
         self.proc.wait(30)

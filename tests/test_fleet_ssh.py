@@ -83,6 +83,14 @@ def sample_time(screen: str, host: str) -> str | None:
     return found.group(1) if found else None
 
 
+def wait_screen(term, condition, timeout: float, interval: float = 0.3) -> None:
+    """wait_for on what the terminal shows; a failure prints the last screen."""
+    try:
+        wait_for(condition, timeout=timeout, interval=interval)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the screen:\n{term.capture()}") from None
+
+
 def test_fleet_view_of_three_nodes_in_tmux(cluster, terminal):  # noqa: F811
     """Every node's GPUs and the starved node's finding show; a node whose sshd stops is down
     within 10 s while the others keep updating; its sshd back, it is back; Enter opens a
@@ -100,16 +108,17 @@ def test_fleet_view_of_three_nodes_in_tmux(cluster, terminal):  # noqa: F811
                 and len(rows_of(screen, "node-hot")) == 2
                 and "A100-SXM4-80GB" in screen and "H100 80GB HBM3" in screen
                 and "dataloader-stall" in rows_of(screen, "node-starved")[0]
-                and "node-starved: GPU 0 starved by the input pipeline" in screen)
+                and re.search(r"node-starved +GPU 0 +dataloader-stall +GPU 0 starved by the "
+                              "input pipeline", screen) is not None)
 
-    wait_for(all_nodes, timeout=2 * SLOW_S, interval=0.5)
+    wait_screen(term, all_nodes, timeout=2 * SLOW_S, interval=0.5)
     assert "3 nodes: 3 up" in term.capture()
 
     # One node goes away: sshd and its sessions.
     cluster.nodes["node-healthy"].stop()
     stopped = time.monotonic()
-    wait_for(lambda: any("DOWN" in r for r in rows_of(term.capture(), "node-healthy")),
-             timeout=10.0, interval=0.2)
+    wait_screen(term, lambda: any("DOWN" in r for r in rows_of(term.capture(), "node-healthy")),
+                timeout=10.0, interval=0.2)
     print(f"\nnode-healthy shown down {time.monotonic() - stopped:.1f} s after its sshd stopped")
     seen = {"node-starved": set(), "node-hot": set()}
 
@@ -119,35 +128,36 @@ def test_fleet_view_of_three_nodes_in_tmux(cluster, terminal):  # noqa: F811
             times.add(sample_time(screen, host))
         return all(len(t - {None}) >= 3 for t in seen.values())
 
-    wait_for(others_update, timeout=SLOW_S, interval=0.3)
+    wait_screen(term, others_update, timeout=SLOW_S, interval=0.3)
     screen = term.capture()
     assert len(rows_of(screen, "node-healthy")) == 1 and "DOWN" in screen
     assert "dataloader-stall" in rows_of(screen, "node-starved")[0]
 
     # It comes back: retried with backoff, its four GPUs again.
     cluster.nodes["node-healthy"].start()
-    wait_for(lambda: len(rows_of(term.capture(), "node-healthy")) == 4, timeout=2 * SLOW_S,
-             interval=0.5)
+    wait_screen(term, lambda: len(rows_of(term.capture(), "node-healthy")) == 4,
+                timeout=2 * SLOW_S, interval=0.5)
 
     # Enter on the first row (node-starved's GPU 0): that node's own screen.
     term.keys("Home")
     term.keys("Enter")
-    wait_for(lambda: "(simulated: input-starved)" in term.capture()
-             and "PID" in term.capture(), timeout=SLOW_S)
+    wait_screen(term, lambda: "(simulated: input-starved)" in term.capture()
+                and "PID" in term.capture(), timeout=SLOW_S)
     term.keys("Escape")
-    wait_for(lambda: "gputop fleet" in term.capture(), timeout=SLOW_S)
+    wait_screen(term, lambda: "gputop fleet" in term.capture(), timeout=SLOW_S)
 
     # p on that row: the node's gputop captures its job and the diagnosis shows here.
     pytest.importorskip("torch")  # without torch the demo's job has no agent
     term.keys("p")
-    wait_for(lambda: "diagnosis of pid" in term.capture(), timeout=3 * SLOW_S, interval=0.5)
+    wait_screen(term, lambda: "diagnosis of pid" in term.capture(), timeout=3 * SLOW_S,
+                interval=0.5)
     screen = term.capture()
     assert "on node-starved: dataloader-stall" in screen, screen
     assert "scp node-starved:" in screen
     term.keys("Escape")  # (q right after Escape would read as Alt-q)
-    wait_for(lambda: "gputop fleet" in term.capture(), timeout=SLOW_S)
+    wait_screen(term, lambda: "gputop fleet" in term.capture(), timeout=SLOW_S)
     term.keys("q")
-    wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW_S)
+    wait_screen(term, lambda: "exit=0" in term.capture(), timeout=SLOW_S)
 
 
 class Lines:
@@ -264,7 +274,8 @@ def test_fleet_app_under_pilot(cluster):
             await _until(pilot, lambda: len(rows("node-hot")) == 2
                          and "DOWN" in " ".join(rows("node-gone"))
                          and "dataloader-stall" in " ".join(rows("node-evil")))
-            await _until(pilot, lambda: "node-evil: starved" in screen_text(app))
+            await _until(pilot, lambda: re.search(r"critical node-evil\s+GPU 0\s+dataloader-stall"
+                                                  r"\s+starved\\x1b\[2J", screen_text(app)))
             screen = screen_text(app)
             assert "Connection refused" in screen and "· retry" in screen
             assert "\\x1b[2J" in screen and "\x1b" not in screen and "\u202e" not in screen

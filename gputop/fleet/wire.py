@@ -96,10 +96,12 @@ class Sample(msgspec.Struct, frozen=True):
 class WireError(ValueError):
     """A line that is not valid schema-1 stream output; the message is one escaped line."""
 
-
-# What safe_text would change, as it can appear in a JSON line: a \\u escape, or UTF-8 of C1
-# controls (U+0080-009F), U+200E/F, U+202A-E and U+2066-9.
-_MAYBE_DIRTY = re.compile(rb"\\u|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+# What safe_text would change, as it can appear in a JSON line: a \u escape of a C0 or C1
+# control, DEL, U+200E/F, U+202A-E or U+2066-9, or those characters raw in UTF-8. (msgspec
+# refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.)
+_MAYBE_DIRTY = re.compile(
+    rb"\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])"
+    rb"|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
 _encoder = msgspec.json.Encoder()
 

@@ -25,9 +25,15 @@ from gputop.fleet.monitor import FleetMonitor
 from gputop.fleet.ssh import SshSettings
 from gputop.format import safe_text
 from gputop.tui.app import PlainText
-from gputop.tui.fleet_rows import fleet_findings, fleet_rows, header_text, host_width, summary_text
+from gputop.tui.fleet_rows import (
+    FindingRows,
+    RowCache,
+    fleet_findings,
+    header_text,
+    host_width,
+    summary_text,
+)
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
-from gputop.tui.widgets.findings import FindingsPanel
 from gputop.tui.widgets.fleet_table import FleetTable
 from gputop.tui.widgets.node_screen import NodeScreen
 from gputop.tui.widgets.remote_diagnosis import RemoteDiagnosisScreen
@@ -35,6 +41,12 @@ from gputop.tui.widgets.text_line import TextLine
 
 CAPTURE_STEPS = 3
 FINDINGS_MIN = 8
+# Nodes' samples arrive spread over each interval: draw at most this often (a finding waits
+# at most this long), not once per node.
+RENDER_MIN_S = 0.2
+# Findings whose numbers alone changed are redrawn this often (their evidence is a 10 s
+# window); a finding that raises, clears or changes severity shows at the next frame.
+FINDINGS_PERIOD = 4.9
 
 
 class FleetChanged(Message):
@@ -51,7 +63,7 @@ class FleetApp(App[int]):
     Screen { layout: vertical; }
     #fleet-summary { height: 1; background: $panel; }
     #fleet-header { height: 1; }
-    #fleet-findings { height: 1fr; min-height: 6; }
+    #fleet-findings { height: 1fr; min-height: 6; border: round $secondary; }
     #fleet-status { display: none; height: 1; padding: 0 1; background: $boost; }
     """
     BINDINGS = [
@@ -59,7 +71,7 @@ class FleetApp(App[int]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("p", "capture", "Capture"),
         Binding("r", "retry", "Retry node"),
-        Binding("tab", "focus_next", "Findings", show=False),
+        Binding("tab", "focus_next", "Nodes/findings"),
     ]
 
     def __init__(self, hosts: Sequence[str], settings: SshSettings, interval: float = 1.0,
@@ -72,13 +84,19 @@ class FleetApp(App[int]):
         self.summary = TextLine(id="fleet-summary")
         self.header = TextLine(id="fleet-header")
         self.table = FleetTable(id="fleet-nodes")
-        self.findings = FindingsPanel(id="fleet-findings")
+        self.findings = FleetTable(id="fleet-findings")
         self.status = TextLine(id="fleet-status")
         self.captures: dict[tuple[str, int], float] = {}
         self.renders = 0
         self.frame_log = frame_log  # benchmarks: when each finding was first drawn
         self._findings_seen: set[tuple] = set()
         self._findings_key: tuple | None = None
+        self._findings_evidence: tuple | None = None
+        self._findings_drawn = 0.0
+        self._last_render = 0.0
+        self._render_timer = None
+        self.row_cache = RowCache()
+        self.finding_rows = FindingRows()
         self._status_timer = None
         self._table_height = -1
         self._leaving = False
@@ -121,24 +139,39 @@ class FleetApp(App[int]):
             self.post_message(FleetChanged())
 
     def on_fleet_changed(self, _message: FleetChanged) -> None:
+        if self._render_timer is not None:
+            return  # a frame is already due
+        wait = self._last_render + RENDER_MIN_S - time.monotonic()
+        if wait <= 0:
+            self.render_fleet()
+        else:
+            self._render_timer = self.set_timer(wait, self._due_render)
+
+    def _due_render(self) -> None:
+        self._render_timer = None
         self.render_fleet()
 
     def render_fleet(self) -> None:
         if self._leaving:
             return
+        now = time.monotonic()
+        self._last_render = now
         views = self.monitor.views()
         width = max(40, self.size.width)
         self.renders += 1
         self.summary.set_text(summary_text(views, self.interval, width))
         self.header.set_text(header_text(width - 1, host_width(self.hosts)))
-        rows = fleet_rows(views, width - 1)
+        rows = self.row_cache.rows(views, width - 1, now)
         self._fit_table(len(rows))
         self.table.update_rows(rows)
         findings = fleet_findings(views)
-        key = tuple((f.host, f.id, f.gpu, f.pid, f.severity, f.evidence) for f in findings)
-        if key != self._findings_key:
-            self._findings_key = key
-            self.findings.update_findings(findings)
+        key = tuple((f.host, f.id, f.gpu, f.pid, f.severity) for f in findings)
+        evidence = tuple(f.evidence for f in findings)
+        if key != self._findings_key or (evidence != self._findings_evidence
+                                         and now - self._findings_drawn >= FINDINGS_PERIOD):
+            self._findings_key, self._findings_evidence = key, evidence
+            self._findings_drawn = now
+            self.findings.update_rows(self.finding_rows.rows(findings, max(20, width - 4)))
             self.findings.border_title = (f"findings of every node ({len(findings)})"
                                           if findings else "findings of every node")
             if self.frame_log:
@@ -146,8 +179,7 @@ class FleetApp(App[int]):
         if isinstance(self.screen, NodeScreen):
             view = self.monitor.view(self.screen.host)
             if view is not None:
-                self.run_worker(self.screen.show_view(view), group="node-screen",
-                                exclusive=True)
+                self.screen.show_view(view)
 
     def _fit_table(self, n_rows: int) -> None:
         """As tall as its rows, leaving the findings at least FINDINGS_MIN lines; a change of
@@ -172,15 +204,24 @@ class FleetApp(App[int]):
     # -- keys --------------------------------------------------------------------------------
 
     def on_fleet_table_chosen(self, message: FleetTable.Chosen) -> None:
+        """Enter on a node's row, or on a finding: that node's screen."""
         host = message.row.host
+        if not host:
+            return
         screen = NodeScreen(host, self.monitor.recent(host))
         self.push_screen(screen)
         view = self.monitor.view(host)
         if view is not None:
-            self.run_worker(screen.show_view(view), group="node-screen", exclusive=True)
+            self.call_after_refresh(screen.show_view, view)
+
+    def _focused_row(self):
+        """The row under the cursor of the focused list (nodes or findings)."""
+        table = self.findings if self.findings.has_focus else self.table
+        row = table.selected()
+        return row if row is not None and row.host else None
 
     def action_retry(self) -> None:
-        row = self.table.selected()
+        row = self._focused_row()
         if row is not None:
             self.monitor.retry_now(row.host)
             self.notify(f"{row.host}: trying again now", timeout=2)
@@ -188,7 +229,7 @@ class FleetApp(App[int]):
     def action_capture(self) -> None:
         """`p` on a GPU row: capture the training process on that GPU (the one with the gputop
         agent if there is one)."""
-        row = self.table.selected()
+        row = self._focused_row()
         if row is None:
             return
         view = self.monitor.view(row.host)

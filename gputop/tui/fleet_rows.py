@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rich.text import Text
+from rich.text import Span, Text
 
 from gputop.diagnostics.findings import SEVERITY_RANK
 from gputop.fleet.monitor import BAD, CONNECTING, DOWN, NO_GPUTOP, SLOW, NodeView
@@ -56,7 +56,7 @@ def host_width(hosts: Sequence[str]) -> int:
 def header_text(width: int, host_w: int) -> Text:
     line = (f"{'NODE':<{host_w}} {'GPU':>3} {'NAME':<{NAME_WIDTH}} {'UTIL':>4} "
             f"{'MEMORY':>11} {'POWER':>9} {'TEMP':>4} {'SAMPLE':>8}  FINDINGS")
-    return Text(truncate(line, width), style="bold")
+    return Text(line[:width], style="bold")
 
 
 def _gpu_fields(gpu: GpuSample) -> str:
@@ -94,7 +94,7 @@ def node_rows(view: NodeView, width: int, host_w: int, now: float | None = None
     snap = view.snapshot
     if not view.live or snap is None:
         text = Text(host + " ", style="bold")
-        text.append(truncate(state_text(view, now), max(10, width - host_w - 1)),
+        text.append(state_text(view, now)[: max(10, width - host_w - 1)],
                     style=_STATE_STYLE.get(view.state, ""))
         return [FleetRow((view.host, None), view.host, None, text)]
     stamp = time.strftime("%H:%M:%S", time.localtime(snap.time))
@@ -125,16 +125,21 @@ def node_rows(view: NodeView, width: int, host_w: int, now: float | None = None
 
 
 def _append_findings(text: Text, findings: list, slow: str, width: int) -> None:
+    """The GPU's findings after its numbers, cut to ``width`` by length (Text.truncate
+    measures every cell, which costs more than the whole row)."""
+    room = width - len(text.plain) - 2
+    if room <= 0:
+        return
     text.append("  ")
     if slow:
-        text.append(slow, style="yellow")
+        text.append(slow[:room], style="yellow")
         return
     for j, f in enumerate(findings):
-        if text.cell_len >= width:
+        part = ("" if j == 0 else " ") + f"{SEVERITY_MARK.get(f.severity, '•')} {f.id}"
+        if len(part) > room:
             break
-        text.append(("" if j == 0 else " ") + f"{SEVERITY_MARK.get(f.severity, '•')} {f.id}",
-                    style=_SEVERITY_STYLE.get(f.severity, ""))
-    text.truncate(width)
+        text.append(part, style=_SEVERITY_STYLE.get(f.severity, ""))
+        room -= len(part)
 
 
 def fleet_rows(views: Sequence[NodeView], width: int, now: float | None = None
@@ -144,6 +149,30 @@ def fleet_rows(views: Sequence[NodeView], width: int, now: float | None = None
     for view in views:
         rows.extend(node_rows(view, width, host_w, now))
     return rows
+
+
+class RowCache:
+    """The rows of each node, made again only when the node has news (a new sample, another
+    state or reason, a retry countdown that moved) or the width changed."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[tuple, list[FleetRow]]] = {}
+
+    def rows(self, views: Sequence[NodeView], width: int, now: float | None = None
+             ) -> list[FleetRow]:
+        now = time.monotonic() if now is None else now
+        host_w = host_width([v.host for v in views])
+        out: list[FleetRow] = []
+        for view in views:
+            countdown = None if view.retry_at is None else round(view.retry_at - now)
+            key = (view.seq, view.state, view.reason, view.connects, countdown, width, host_w,
+                   view.findings)
+            cached = self._rows.get(view.host)
+            if cached is None or cached[0] != key:
+                cached = (key, node_rows(view, width, host_w, now))
+                self._rows[view.host] = cached
+            out.extend(cached[1])
+        return out
 
 
 def fleet_findings(views: Sequence[NodeView]) -> list[FleetFinding]:
@@ -159,6 +188,50 @@ def fleet_findings(views: Sequence[NodeView]) -> list[FleetFinding]:
                                       f.gpu if f.gpu is not None else -1))
 
 
+def finding_line(f: FleetFinding, width: int, host_w: int) -> Text:
+    """One finding on one line, cut by length (measuring cells costs more than the line) and
+    styled by spans (one Text, not five appended)."""
+    where = f"GPU {f.gpu}" if f.gpu is not None else ""
+    head = f"{SEVERITY_MARK.get(f.severity, '•')} {f.severity:<8} "
+    node = f"{truncate(f.host, host_w):<{host_w}} {where:<6} {f.id:<16} "
+    title = f.title.removeprefix(f"{f.host}: ")[: max(0, width - len(head) - len(node))]
+    evidence = f"  {f.evidence}"[: max(0, width - len(head) - len(node) - len(title))]
+    a, b = len(head), len(head) + len(node)
+    c = b + len(title)
+    spans = [Span(0, a, _SEVERITY_STYLE.get(f.severity, "")), Span(a, b, "bold")]
+    if evidence:
+        spans.append(Span(c, c + len(evidence), "dim"))
+    return Text(head + node + title + evidence, spans=spans)
+
+
+class FindingRows:
+    """The findings list's rows; a finding whose line has not changed keeps its Text."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple, Text] = {}
+
+    def rows(self, findings: Sequence[FleetFinding], width: int) -> list[FleetRow]:
+        if not findings:
+            return [FleetRow(("", None), "", None, Text("no findings on any node",
+                                                          style="dim"))]
+        host_w = host_width([f.host for f in findings])
+        lines: dict[tuple, Text] = {}
+        rows = []
+        for f in findings:
+            key = (f, width, host_w)
+            text = self._lines.get(key) or finding_line(f, width, host_w)
+            lines[key] = text
+            rows.append(FleetRow((f.host, f.gpu), f.host, f.gpu, text))
+        self._lines = lines
+        return rows
+
+
+def finding_rows(findings: Sequence[FleetFinding], width: int) -> list[FleetRow]:
+    """One line per finding, most costly first: severity, node, GPU, id, title, evidence. A
+    fleet has hundreds; the node's own screen (Enter) shows each with its fix."""
+    return FindingRows().rows(findings, width)
+
+
 def summary_text(views: Sequence[NodeView], interval: float, width: int) -> Text:
     counts: dict[str, int] = {}
     for v in views:
@@ -170,5 +243,4 @@ def summary_text(views: Sequence[NodeView], interval: float, width: int) -> Text
              if counts.get(s)]
     text.append(", ".join(parts) or "none")
     text.append(f"  {gpus} GPUs  every {interval:g} s  {time.strftime('%H:%M:%S')}")
-    text.truncate(width)
     return text

@@ -35,6 +35,8 @@ class FleetTable(ScrollView, can_focus=True):
         Binding("enter", "choose", "Node", show=True),
     ]
 
+    VIRTUAL_STEP = 8
+
     class Chosen(Message):
         """Enter on a row: open that node's screen."""
 
@@ -62,9 +64,7 @@ class FleetTable(ScrollView, can_focus=True):
                 hosts = [r.host for r in self.rows]
                 self.cursor = hosts.index(key[0]) if key[0] in hosts else 0
         self.cursor = min(self.cursor, max(0, len(self.rows) - 1))
-        width = self.scrollable_content_region.width
-        if self.virtual_size.height != len(self.rows):
-            self.virtual_size = Size(width, len(self.rows))
+        self._size_to_rows()
         changed = [i for i in range(max(len(old), len(self.rows)))
                    if i >= len(old) or i >= len(self.rows) or old[i].text != self.rows[i].text]
         for i in changed:
@@ -83,9 +83,21 @@ class FleetTable(ScrollView, can_focus=True):
         for y in visible:
             self.refresh(Region(0, y, width, 1))
 
+    def _size_to_rows(self) -> None:
+        """A new virtual size re-lays out the whole screen: while the rows fit it is the
+        widget's own height, past that it moves in steps of VIRTUAL_STEP lines."""
+        region = self.scrollable_content_region
+        height = len(self.rows)
+        if height <= region.height:
+            height = region.height
+        else:
+            height = -(-height // self.VIRTUAL_STEP) * self.VIRTUAL_STEP
+        if self.virtual_size != (region.width, height):
+            self.virtual_size = Size(region.width, height)
+
     def on_resize(self) -> None:
         self._strips.clear()
-        self.virtual_size = Size(self.scrollable_content_region.width, len(self.rows))
+        self._size_to_rows()
 
     def notify_style_update(self) -> None:
         super().notify_style_update()

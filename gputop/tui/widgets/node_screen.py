@@ -94,8 +94,9 @@ class NodeScreen(Screen[None]):
     def on_mount(self) -> None:
         self.table.focus()
 
-    async def show_view(self, view: NodeView) -> None:
-        """The node's newest state (called by the fleet app on every change)."""
+    def show_view(self, view: NodeView) -> None:
+        """The node's newest state (called by the fleet app on every change). New GPU rows
+        are mounted without waiting: they draw what they were given once they have a size."""
         self.view = view
         self.title_line.set_text(node_title(view, max(20, self.size.width)))
         snap = view.snapshot
@@ -105,9 +106,9 @@ class NodeScreen(Screen[None]):
         self.history.record(snap)
         indices = [g.index for g in snap.gpus]
         if indices != list(self.rows):
-            await self.gpu_box.remove_children()
+            self.gpu_box.remove_children()
             self.rows = {i: CompactGpuRow(i) for i in indices}
-            await self.gpu_box.mount_all(self.rows.values())
+            self.gpu_box.mount_all(self.rows.values())
             self.gpu_box.styles.height = min(12, max(1, len(indices)))
         frame = build_frame(self.history, snap, CHART_WINDOW_S, view.seq)
         findings = fleet_findings([view]) if view.live else []
