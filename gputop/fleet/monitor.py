@@ -262,8 +262,12 @@ class FleetMonitor:
             os.set_blocking(pipe.fileno(), False)
             self._selector.register(pipe, selectors.EVENT_READ, (link, which))
         view = self._views[link.host]
-        self._set(link.host, state=CONNECTING, reason="", retry_at=None,
-                  connects=view.connects + 1)
+        if view.state in (DOWN, NO_GPUTOP, BAD):
+            # A retry keeps the last failure on show (and `watch` quiet) until it succeeds.
+            self._set(link.host, retry_at=None, connects=view.connects + 1)
+        else:
+            self._set(link.host, state=CONNECTING, reason="", retry_at=None,
+                      connects=view.connects + 1)
 
     def _read(self, link: _Link, which: str, pipe) -> bool:
         try:

@@ -72,7 +72,7 @@ def _gpu_fields(gpu: GpuSample) -> str:
 
 def _retry_text(view: NodeView, now: float) -> str:
     if view.retry_at is None:
-        return ""
+        return " · reconnecting…" if view.state in (DOWN, NO_GPUTOP, BAD) else ""
     wait = view.retry_at - now
     return " · retrying now" if wait <= 0.5 else f" · retry in {wait:.0f} s"
 
