@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.info import hello
+from gputop.agent.info import distributed_info, hello
 from gputop.agent.profiling import CaptureController
 from gputop.agent.server import AgentServer
 from gputop.agent.telemetry import StepTelemetry
@@ -134,6 +134,7 @@ class _Agent:
         problem = self.hooks.ensure_placed()
         reply: dict[str, Any] = {"ok": True, "pid": os.getpid()}
         reply.update(self.telemetry.status())
+        reply.update(distributed_info())  # rank: the exporter labels a job's series with it
         torch = sys.modules.get("torch")
         reply["torch_imported"] = torch is not None and not getattr(
             getattr(torch, "__spec__", None), "_initializing", False

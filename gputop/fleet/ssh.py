@@ -10,8 +10,8 @@ data, not a screen).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gputop.errors import UsageError
@@ -85,8 +85,6 @@ def settings_from_args(args: argparse.Namespace) -> SshSettings:
         raise UsageError("--remote-gputop must be one line of shell command")
     config = getattr(args, "ssh_config", None)
     if config is not None:
-        import os
-
         if not os.path.isfile(config):
             raise UsageError(f"--ssh-config: no such file: {config}")
     return SshSettings(config=config, options=options, remote_gputop=remote,
@@ -110,6 +108,3 @@ def passthrough_args(args: argparse.Namespace) -> list[str]:
 def _bad(text: str) -> bool:
     return any(ch in text for ch in "\n\r\0")
 
-
-def describe(argv: Sequence[str]) -> str:
-    return shlex.join(argv)

@@ -238,7 +238,9 @@ class FleetApp(App[int]):
             self.notify(f"{row.host} is not streaming", severity="warning", timeout=4)
             return
         procs = [p for g in snap.gpus if row.gpu is None or g.index == row.gpu
-                 for p in g.processes if p.visible] + list(snap.other_processes)
+                 for p in g.processes if p.visible]
+        if row.gpu is None:  # a node without GPUs: its training processes with an agent
+            procs += list(snap.other_processes)
         if not procs:
             where = f"GPU {row.gpu} of {row.host}" if row.gpu is not None else row.host
             self.notify(f"no process on {where}", severity="warning", timeout=4)
