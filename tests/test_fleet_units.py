@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
 
 from gputop.cli import build_parser
 from gputop.errors import UsageError
-from gputop.fleet.monitor import DOWN, NO_GPUTOP, SLOW, UP, NodeView
+from gputop.fleet.monitor import DOWN, NO_GPUTOP, UP, NodeView
+from gputop.fleet.monitor import SLOW as SLOW_STATE
 from gputop.fleet.ssh import BASE_OPTIONS, SshSettings, settings_from_args
 from gputop.fleet.targets import parse_hosts, parse_scontrol_hostnames, read_hostfile
 from gputop.fleet.wire import (
@@ -28,7 +30,7 @@ from gputop.fleet.wire import (
 )
 from gputop.model import DriverInfo, GpuSample, HostSample, Snapshot
 from gputop.tui.fleet_rows import fleet_findings, fleet_rows
-from tests.conftest import run_cli
+from tests.conftest import REPO, SLOW, cli_env, run_cli
 
 
 def test_hosts_hostfile_and_scontrol_output(tmp_path):
@@ -87,13 +89,20 @@ def test_gputop_stream_writes_schema_1_lines():
     assert set(raw["snapshot"]) == {"time", "host", "driver", "gpus", "processes"}
 
 
-def test_stream_findings_of_the_node_arrive():
-    done = run_cli("--demo", "gpu-lost", "--interval", "0.5", "stream", "--duration", "16")
-    assert done.returncode == 0, done.stderr
-    samples = [decode_line(line) for line in done.stdout.encode().splitlines()[1:]]
-    ids = {f.id for s in samples for f in s.findings}
-    assert "hardware-errors" in ids
-    assert any(g.lost for g in samples[-1].snapshot.gpus)
+def test_stream_findings_of_the_node_arrive(spawn):
+    proc = spawn([sys.executable, "-m", "gputop", "--demo", "gpu-lost", "--interval", "0.5",
+                  "stream"], stdout=subprocess.PIPE, env=cli_env(), cwd=REPO)
+    assert isinstance(decode_line(proc.stdout.readline().rstrip(b"\n")), Hello)
+    deadline = time.monotonic() + SLOW
+    ids: set[str] = set()
+    lost = False
+    while not ("hardware-errors" in ids and lost) and time.monotonic() < deadline:
+        sample = decode_line(proc.stdout.readline().rstrip(b"\n"))
+        ids |= {f.id for f in sample.findings}
+        lost = lost or any(g.lost for g in sample.snapshot.gpus)
+    assert "hardware-errors" in ids and lost
+    proc.terminate()  # SIGTERM: the stream ends cleanly
+    assert proc.wait(SLOW) == 0
 
 
 def test_hostile_lines_are_refused_with_a_reason():
@@ -148,7 +157,7 @@ def test_fleet_rows_one_per_gpu_and_one_for_a_node_that_is_down():
                   retry_at=time.monotonic() + 8.2),
              view("n3", NO_GPUTOP, reason="sh: 1: exec: gputop: not found",
                   retry_at=time.monotonic() + 1),
-             view("n4", SLOW, reason="no data for 9 s", snapshot=snap, seq=1)]
+             view("n4", SLOW_STATE, reason="no data for 9 s", snapshot=snap, seq=1)]
     rows = fleet_rows(views, 120)
     plain = [r.text.plain for r in rows]
     assert [r.key for r in rows] == [("n1", 0), ("n1", 1), ("n2", None), ("n3", None),

@@ -98,6 +98,9 @@ class NodeScreen(Screen[None]):
         """The node's newest state (called by the fleet app on every change). New GPU rows
         are mounted without waiting: they draw what they were given once they have a size."""
         self.view = view
+        if not self.table.columns:  # the screen is not mounted yet: show it once it is
+            self.call_after_refresh(self._show_latest)
+            return
         self.title_line.set_text(node_title(view, max(20, self.size.width)))
         snap = view.snapshot
         if snap is None or view.seq == self.seq:
@@ -122,6 +125,10 @@ class NodeScreen(Screen[None]):
         self.table.update_snapshot(snap)
         self.table.set_marks(worst_severity(findings, lambda f: f.pid))
         self.findings.update_findings(findings)
+
+    def _show_latest(self) -> None:
+        if self.view is not None and self.is_attached:
+            self.show_view(self.view)
 
     def selected_pid(self) -> int | None:
         row = self.table.selected_row()
