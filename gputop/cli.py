@@ -16,7 +16,8 @@ from gputop import __version__
 from gputop.errors import UsageError
 
 # Order is the order shown in --help.
-COMMANDS = ("top", "snapshot", "watch", "capture", "stacks", "analyze", "run", "record", "report")
+COMMANDS = ("top", "snapshot", "watch", "capture", "stacks", "analyze", "run", "record",
+            "report", "stream", "exporter")
 
 
 def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -47,6 +48,9 @@ def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None
         default=argparse.SUPPRESS if suppress else 0,
         help="seed of the simulated GPUs (default 0)",
     )
+    from gputop.fleet.ssh import add_options as add_fleet_options
+
+    add_fleet_options(parser, suppress)  # --hosts and the like: many nodes over ssh
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             # Parse again so `gputop` alone gets the `top` command's defaults.
             args = parser.parse_args([*(argv if argv is not None else sys.argv[1:]), "top"])
             _validate_globals(args)
-        _check_gpus_exist(args)
+        from gputop.fleet.cli import check_fleet_command, fleet_requested
+
+        check_fleet_command(args, name)
+        if not fleet_requested(args):  # with --hosts, --gpus is the nodes' business
+            _check_gpus_exist(args)
         module = importlib.import_module(f"gputop.commands.{name}")
         code = int(module.run(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that left (`| head`) is seen here

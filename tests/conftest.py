@@ -10,7 +10,9 @@ the ``spawn`` fixture (or a fixture or context manager of your own that ends the
 test still leaves running is found by those marks (even after it was re-parented, like a tmux
 server or a stand-in whose parent died) or as a new child of pytest, and killed, with its whole
 tree, when the test ends, pass or fail; and once more at the end of the run. What the sweep had
-to end is listed in the terminal summary.
+to end is listed in the terminal summary. A server that a module-scoped fixture shares between
+tests (Prometheus, sshd) is registered with the ``share_process`` fixture and ended by its
+fixture.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ os.environ[RUN_MARK] = uuid.uuid4().hex
 os.environ.pop(CASE_MARK, None)
 
 _swept: list[tuple[str, str]] = []  # (test, process) ended by the sweep, for the summary
+# Processes that a module-scoped fixture owns (servers shared by several tests): they and
+# everything under them outlive each test, and the fixture ends them itself.
+_shared: set[psutil.Process] = set()
 
 # Started in the background of a non-interactive shell (`pytest &`, nohup, some CI runners), the
 # test run inherits SIGINT ignored, and so would every process it starts: Ctrl-C sent to a child
@@ -172,6 +177,37 @@ def _describe(proc: psutil.Process) -> str:
         return str(proc.pid)
 
 
+@pytest.fixture(scope="session")
+def share_process():
+    """``share_process(popen)``: mark a process that a module-scoped fixture starts (and must
+    end) as shared by several tests; the per-test sweep leaves it and its children alone.
+
+    A fixture, not a function to import: pytest loads this file as its own module, apart
+    from ``tests.conftest`` as test modules import it, and only this instance sweeps."""
+
+    def share(proc: subprocess.Popen) -> subprocess.Popen:
+        try:
+            _shared.add(psutil.Process(proc.pid))
+        except psutil.NoSuchProcess:
+            pass
+        return proc
+
+    return share
+
+
+def _under_shared(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is a shared server or runs under one (a session of a shared sshd)."""
+    roots = {root.pid for root in _shared if root.is_running()}
+    if not roots:
+        return False
+    try:
+        return proc.pid in roots or any(p.pid in roots for p in proc.parents())
+    except psutil.ZombieProcess:
+        return False  # ours to reap
+    except psutil.Error:
+        return True  # gone already: nothing to end
+
+
 @pytest.fixture(autouse=True)
 def _no_process_outlives_its_test(request):
     """Mark what this test starts; end whatever of it still runs when the test is over."""
@@ -186,6 +222,7 @@ def _no_process_outlives_its_test(request):
         for key, proc in _children().items():
             if key not in before:  # a zombie too: waiting on it here reaps it
                 left[proc.pid] = proc
+        left = {pid: p for pid, p in left.items() if not _under_shared(p)}
         if left:
             _swept.extend((request.node.nodeid, _describe(p)) for p in left.values())
             end_processes(left.values())

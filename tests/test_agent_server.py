@@ -99,6 +99,8 @@ def test_status_has_step_rate_and_dataloader_share(job):
     assert status["dataloader_wait_share"] > 0.5
     assert status["capture"]["state"] == "idle"
     assert status["agent_errors"] == 0 and status["step_hook"] is True
+    # The rank too: the exporter labels a job's series with it (never with the pid).
+    assert (status["rank"], status["local_rank"], status["world_size"]) == (1, 1, 4)
 
 
 def test_bad_requests_get_error_replies_and_the_agent_stays_up(job):

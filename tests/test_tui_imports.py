@@ -1,5 +1,6 @@
 """The sampling, diagnosis and stacks layers stay importable without Textual (they run in `gputop
-snapshot`, `watch`, `record` and inside tests that have no terminal)."""
+snapshot`, `watch`, `record` and inside tests that have no terminal); so do the fleet's ssh
+side and the exporter (`watch --hosts`, `stream` and `exporter` draw nothing)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from tests.conftest import REPO, cli_env
 
 PROBE = """
 import importlib, json, pkgutil, sys
-import gputop.collect, gputop.diagnostics, gputop.stacks
+import gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter
 names = []
-for package in (gputop.collect, gputop.diagnostics, gputop.stacks):
+for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter):
     names.append(package.__name__)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         names.append(info.name)
@@ -38,14 +39,15 @@ def test_collect_and_diagnostics_never_import_textual():
     assert expected <= set(result["imported"])
     assert any(name.startswith("gputop.diagnostics.") for name in result["imported"])
     assert "gputop.stacks.pyspy" in result["imported"]
+    assert {"gputop.fleet.monitor", "gputop.exporter.metrics"} <= set(result["imported"])
     assert result["textual"] == []
 
 
 def test_the_probe_would_see_textual():
     """The check above can fail: importing the TUI shows up in the same probe."""
-    code = PROBE.replace("import gputop.collect, gputop.diagnostics, gputop.stacks",
-                         "import gputop.collect, gputop.diagnostics, gputop.stacks, "
-                         "gputop.tui.app")
+    first = "import gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter"
+    assert first in PROBE
+    code = PROBE.replace(first, first + ", gputop.tui.app")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=cli_env(), cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -55,8 +57,12 @@ def test_the_probe_would_see_textual():
 def test_walk_covers_every_module_file():
     import gputop.collect
     import gputop.diagnostics
+    import gputop.exporter
+    import gputop.fleet
+    import gputop.stacks
 
-    for package in (gputop.collect, gputop.diagnostics):
+    for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet,
+                    gputop.exporter):
         files = {p.stem for p in (REPO / package.__name__.replace(".", "/")).glob("*.py")
                  if p.stem != "__init__"}
         walked = {info.name for info in pkgutil.iter_modules(package.__path__)}

@@ -17,9 +17,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         description="Live GPUs, host and training processes with their DataLoader workers, "
         "and the findings of the live rules. Keys: q quit, space pause, 1-4 chart window, "
         "c compact, s/S sort, / filter, t tree, Enter process view, k signal (asks first), "
-        "p capture 3 steps and diagnose them (with the gputop agent; without it, the "
-        "process's Python stacks sampled with py-spy), ? help. "
-        "Respects NO_COLOR.",
+        "p capture 3 steps and diagnose them (with the gputop agent; on a rank of a job, every "
+        "rank at the same steps; without the agent, the process's Python stacks sampled with "
+        "py-spy), ? help. "
+        "With --hosts/--hostfile/--slurm: every node over ssh on one screen (Enter: a node's "
+        "screen, p: capture on the node, r: retry a node now). Respects NO_COLOR.",
     )
     p.add_argument(
         "--auto-capture",
@@ -33,6 +35,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    from gputop.fleet.cli import fleet_requested, run_fleet_top
+
+    if fleet_requested(args):  # --hosts, --hostfile, --slurm: the fleet screen
+        return run_fleet_top(args)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError(
             "the live monitor needs a terminal; for text output use `gputop snapshot`"

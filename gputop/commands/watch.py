@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line: time, host, gpu, pid, id, severity, title, "
-                        "evidence, fix, next_step, state (raised | cleared)")
+                        "evidence, fix, next_step, state (raised | cleared); with --hosts, "
+                        "host is the node and node lines carry state (down, up, ...) and reason")
     p.add_argument("--duration", type=float, metavar="S", default=None,
                    help="stop after S seconds (default: run until interrupted)")
     p.add_argument("--no-where", action="store_true",
@@ -57,6 +58,10 @@ def format_where(f: Finding, when: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gputop.fleet.cli import fleet_requested, run_fleet_watch
+
+    if fleet_requested(args):  # --hosts and the like: the findings of every node
+        return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.
     from gputop.diagnostics.live import LiveDiagnosis
     from gputop.session import open_sampler, sample_every

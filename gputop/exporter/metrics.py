@@ -1,0 +1,305 @@
+"""Prometheus metric families from one snapshot and the active findings. Pure: no I/O.
+
+Names and units follow dcgm-exporter's fields (percent for utilization, MiB for framebuffer
+memory, W, degrees C, MHz, the NVML clock-event bitmask) with the unit spelled in the name, and
+its label names for a GPU (``gpu``, ``UUID``, ``modelName``), so a dcgm-exporter dashboard
+moves over by renaming the metric; `GPU_METRICS` lists the dcgm-exporter and nvitop-exporter
+counterpart of each (the README prints it as a table). Labels never hold a pid, a command line
+or any free text: a series per GPU, per training job (by GPU and rank) and per finding id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+from gputop.diagnostics.findings import SEVERITY_RANK
+from gputop.model import GpuSample, HostSample, ProcSample, Snapshot
+
+MIB = 1024**2
+GPU_LABELS = ["gpu", "UUID", "modelName"]
+# NVML's clock-event ("throttle") reason bits, as gputop.collect.nvml names them.
+CLOCK_EVENT_BITS = {
+    "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+    "sync_boost": 0x10, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80,
+    "display_clocks": 0x100,
+}
+
+
+def _div(value: float | None, by: float) -> float | None:
+    return None if value is None else value / by
+
+
+def _mem_free(g: GpuSample) -> float | None:
+    if g.mem_total is None or g.mem_used is None:
+        return None
+    return max(0, g.mem_total - g.mem_used - (g.mem_reserved or 0)) / MIB
+
+
+@dataclass(frozen=True)
+class GpuMetric:
+    name: str
+    help: str
+    dcgm: str  # the dcgm-exporter field it matches ("" when none)
+    nvitop: str  # the nvitop-exporter metric it matches ("" when none)
+    value: Callable[[GpuSample], float | None]
+    counter: bool = False
+
+
+GPU_METRICS: tuple[GpuMetric, ...] = (
+    GpuMetric("gputop_gpu_utilization_percent", "GPU utilization: share of time a kernel ran (%)",
+              "DCGM_FI_DEV_GPU_UTIL", "gpu_utilization_Percentage", lambda g: g.util_gpu),
+    GpuMetric("gputop_gpu_memory_copy_utilization_percent",
+              "Memory controller utilization (%)", "DCGM_FI_DEV_MEM_COPY_UTIL",
+              "gpu_memory_utilization_Percentage", lambda g: g.util_mem),
+    GpuMetric("gputop_gpu_memory_used_mib", "Framebuffer memory used (MiB)",
+              "DCGM_FI_DEV_FB_USED", "gpu_memory_used_MiB", lambda g: _div(g.mem_used, MIB)),
+    GpuMetric("gputop_gpu_memory_free_mib", "Framebuffer memory free (MiB)",
+              "DCGM_FI_DEV_FB_FREE", "gpu_memory_free_MiB", _mem_free),
+    GpuMetric("gputop_gpu_memory_total_mib", "Framebuffer memory total (MiB)",
+              "DCGM_FI_DEV_FB_TOTAL", "gpu_memory_total_MiB", lambda g: _div(g.mem_total, MIB)),
+    GpuMetric("gputop_gpu_power_usage_watts", "Power draw (W)", "DCGM_FI_DEV_POWER_USAGE",
+              "gpu_power_usage_W", lambda g: g.power_w),
+    GpuMetric("gputop_gpu_power_limit_watts", "Enforced power limit (W)",
+              "DCGM_FI_DEV_POWER_MGMT_LIMIT", "gpu_power_limit_W", lambda g: g.power_limit_w),
+    GpuMetric("gputop_gpu_energy_joules", "Energy used since the driver loaded (J; dcgm: mJ)",
+              "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "", lambda g: g.energy_j, counter=True),
+    GpuMetric("gputop_gpu_temperature_celsius", "GPU temperature (C)", "DCGM_FI_DEV_GPU_TEMP",
+              "gpu_temperature_C", lambda g: g.temperature_c),
+    GpuMetric("gputop_gpu_fan_speed_percent", "Fan speed (%)", "DCGM_FI_DEV_FAN_SPEED",
+              "gpu_fan_speed_Percentage", lambda g: g.fan_percent),
+    GpuMetric("gputop_gpu_sm_clock_mhz", "SM clock (MHz)", "DCGM_FI_DEV_SM_CLOCK",
+              "gpu_clock_sm_MHz", lambda g: g.sm_clock_mhz),
+    GpuMetric("gputop_gpu_memory_clock_mhz", "Memory clock (MHz)", "DCGM_FI_DEV_MEM_CLOCK",
+              "gpu_clock_memory_MHz", lambda g: g.mem_clock_mhz),
+    GpuMetric("gputop_gpu_pcie_tx_bytes_per_second", "PCIe transmit rate (bytes/s)",
+              "DCGM_FI_PROF_PCIE_TX_BYTES", "gpu_pcie_tx_throughput_MiBps (MiB/s)",
+              lambda g: None if g.pcie_tx_mbs is None else g.pcie_tx_mbs * 1e6),
+    GpuMetric("gputop_gpu_pcie_rx_bytes_per_second", "PCIe receive rate (bytes/s)",
+              "DCGM_FI_PROF_PCIE_RX_BYTES", "gpu_pcie_rx_throughput_MiBps (MiB/s)",
+              lambda g: None if g.pcie_rx_mbs is None else g.pcie_rx_mbs * 1e6),
+    GpuMetric("gputop_gpu_sm_active_ratio", "Share of SMs with a warp resident, 0-1 (GPM)",
+              "DCGM_FI_PROF_SM_ACTIVE", "", lambda g: _div(g.sm_active, 100.0)),
+    GpuMetric("gputop_gpu_sm_occupancy_ratio", "Resident warps over the maximum, 0-1 (GPM)",
+              "DCGM_FI_PROF_SM_OCCUPANCY", "", lambda g: _div(g.sm_occupancy, 100.0)),
+    GpuMetric("gputop_gpu_tensor_active_ratio", "Tensor pipes busy, 0-1 (GPM)",
+              "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "", lambda g: _div(g.tensor_active, 100.0)),
+    GpuMetric("gputop_gpu_dram_active_ratio", "Device memory interface busy, 0-1 (GPM)",
+              "DCGM_FI_PROF_DRAM_ACTIVE", "", lambda g: _div(g.dram_active, 100.0)),
+    GpuMetric("gputop_gpu_clocks_event_reasons", "NVML clock-event reasons (bitmask)",
+              "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "",
+              lambda g: float(sum(CLOCK_EVENT_BITS.get(e, 0) for e in g.clock_events))),
+    GpuMetric("gputop_gpu_ecc_volatile_errors", "ECC errors since the driver loaded",
+              "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL + DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "",
+              lambda g: None if g.ecc_volatile is None else float(g.ecc_volatile)),
+    GpuMetric("gputop_gpu_processes", "Processes on the GPU", "", "",
+              lambda g: float(len(g.processes))),
+)
+
+HOST_METRICS: tuple[tuple[str, str, Callable[[HostSample], float | None]], ...] = (
+    ("gputop_host_cpu_utilization_percent", "Host CPU busy, all cores (%)",
+     lambda h: h.cpu_percent),
+    ("gputop_host_cpu_iowait_percent", "Host CPU time waiting on I/O (%)", lambda h: h.iowait),
+    ("gputop_host_cpu_steal_percent", "Host CPU time stolen by the hypervisor (%)",
+     lambda h: h.steal),
+    ("gputop_host_cpus", "Logical CPUs", lambda h: h.cpu_count),
+    ("gputop_host_load1", "Load average over 1 minute", lambda h: h.load_1),
+    ("gputop_host_load5", "Load average over 5 minutes", lambda h: h.load_5),
+    ("gputop_host_load15", "Load average over 15 minutes", lambda h: h.load_15),
+    ("gputop_host_memory_used_bytes", "Host memory used (bytes)", lambda h: h.memory_used),
+    ("gputop_host_memory_total_bytes", "Host memory total (bytes)", lambda h: h.memory_total),
+    ("gputop_host_swap_used_bytes", "Swap used (bytes)", lambda h: h.swap_used),
+    ("gputop_host_disk_read_bytes_per_second", "Disk read rate (bytes/s)",
+     lambda h: h.disk_read_bps),
+    ("gputop_host_disk_write_bytes_per_second", "Disk write rate (bytes/s)",
+     lambda h: h.disk_write_bps),
+    ("gputop_host_network_receive_bytes_per_second", "Network receive rate (bytes/s)",
+     lambda h: h.net_rx_bps),
+    ("gputop_host_network_transmit_bytes_per_second", "Network transmit rate (bytes/s)",
+     lambda h: h.net_tx_bps),
+)
+JOB_LABELS = ["gpu", "rank"]
+
+
+@dataclass
+class _FindingEntry:
+    severity: str
+    active: bool
+    seconds: float = 0.0
+
+
+@dataclass
+class FindingClock:
+    """Which findings are active and for how long they have been, per (id, GPU): what the
+    finding series export. Severity is the worst of the findings with that id on that GPU."""
+
+    entries: dict[tuple[str, str], _FindingEntry] = field(default_factory=dict)
+
+    def update(self, findings: Iterable, elapsed: float) -> None:
+        current: dict[tuple[str, str], str] = {}
+        for f in findings:
+            key = (f.id, "" if f.gpu is None else str(f.gpu))
+            old = current.get(key)
+            if old is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[old]:
+                current[key] = f.severity
+        for key, entry in self.entries.items():
+            entry.active = key in current
+        for key, severity in current.items():
+            entry = self.entries.setdefault(key, _FindingEntry(severity, True))
+            entry.severity = severity
+            entry.seconds += elapsed
+
+    def families(self) -> list[Metric]:
+        active = GaugeMetricFamily(
+            "gputop_finding_active",
+            "1 while a live finding is raised (id: the finding, gpu: its GPU or empty)",
+            labels=["id", "severity", "gpu"])
+        seconds = CounterMetricFamily(
+            "gputop_finding_active_seconds",
+            "Seconds the finding has been active since the exporter started",
+            labels=["id", "gpu"])
+        for (finding_id, gpu), entry in sorted(self.entries.items()):
+            active.add_metric([finding_id, entry.severity, gpu], 1.0 if entry.active else 0.0)
+            seconds.add_metric([finding_id, gpu], round(entry.seconds, 3))
+        return [active, seconds]
+
+
+def gpu_families(snap: Snapshot) -> list[Metric]:
+    families = []
+    for metric in GPU_METRICS:
+        cls = CounterMetricFamily if metric.counter else GaugeMetricFamily
+        family = cls(metric.name, metric.help, labels=GPU_LABELS)
+        for g in snap.gpus:
+            if g.lost:
+                continue
+            value = metric.value(g)
+            if value is not None:
+                family.add_metric(_gpu_labels(g), float(value))
+        families.append(family)
+    lost = GaugeMetricFamily("gputop_gpu_lost", "1 when the GPU fell off the bus (XID 79)",
+                             labels=GPU_LABELS)
+    for g in snap.gpus:
+        lost.add_metric(_gpu_labels(g), 1.0 if g.lost else 0.0)
+    families.append(lost)
+    return families
+
+
+def _gpu_labels(g: GpuSample) -> list[str]:
+    return [str(g.index), g.uuid or "", g.name or ""]
+
+
+def host_families(host: HostSample) -> list[Metric]:
+    families = []
+    for name, text, value in HOST_METRICS:
+        family = GaugeMetricFamily(name, text)
+        v = value(host)
+        if v is not None:
+            family.add_metric([], float(v))
+        families.append(family)
+    return families
+
+
+def _jobs(snap: Snapshot) -> dict[tuple[str, str], ProcSample]:
+    """Training processes with the gputop agent, keyed by (first GPU, rank). Two processes
+    with one key (two jobs sharing a GPU, without ranks): the one stepping faster is shown."""
+    seen: dict[int, tuple[str, ProcSample]] = {}
+    for g in snap.gpus:
+        for p in g.processes:
+            if p.agent and p.pid not in seen:
+                seen[p.pid] = (str(g.index), p)
+    for p in snap.other_processes:
+        if p.agent and p.pid not in seen:
+            seen[p.pid] = ("", p)
+    jobs: dict[tuple[str, str], ProcSample] = {}
+    for gpu, p in seen.values():
+        rank = p.agent.get("rank")
+        key = (gpu, "" if not isinstance(rank, int) else str(rank))
+        other = jobs.get(key)
+        if other is None or _rate(p) > _rate(other):
+            jobs[key] = p
+    return jobs
+
+
+def _rate(p: ProcSample) -> float:
+    value = (p.agent or {}).get("steps_per_s")
+    return float(value) if isinstance(value, (int, float)) else -1.0
+
+
+def _number(agent: dict, key: str) -> float | None:
+    value = agent.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def job_families(snap: Snapshot) -> list[Metric]:
+    rate = GaugeMetricFamily("gputop_job_steps_per_second",
+                             "Optimizer steps per second (gputop agent)", labels=JOB_LABELS)
+    step = GaugeMetricFamily("gputop_job_step_time_seconds",
+                             "Step time quantile over the agent's window (s)",
+                             labels=[*JOB_LABELS, "quantile"])
+    wait = GaugeMetricFamily("gputop_job_dataloader_wait_ratio",
+                             "Share of each step spent waiting for the DataLoader, 0-1",
+                             labels=JOB_LABELS)
+    steps = CounterMetricFamily("gputop_job_steps", "Optimizer steps since the job started",
+                                labels=JOB_LABELS)
+    for (gpu, rank), p in sorted(_jobs(snap).items()):
+        agent = p.agent or {}
+        labels = [gpu, rank]
+        for family, key in ((rate, "steps_per_s"), (wait, "dataloader_wait_share")):
+            value = _number(agent, key)
+            if value is not None:
+                family.add_metric(labels, value)
+        for quantile, key in (("0.5", "step_time_p50_s"), ("0.95", "step_time_p95_s")):
+            value = _number(agent, key)
+            if value is not None:
+                step.add_metric([*labels, quantile], value)
+        count = _number(agent, "steps")
+        if count is not None:
+            steps.add_metric(labels, count)
+    return [rate, step, wait, steps]
+
+
+def meta_families(snap: Snapshot | None, version: str, sample_seconds: float | None
+                  ) -> list[Metric]:
+    info = InfoMetricFamily("gputop", "gputop exporter and driver")
+    driver = GaugeMetricFamily("gputop_driver_available", "1 when NVML answers")
+    last = GaugeMetricFamily("gputop_last_sample_timestamp_seconds",
+                             "Unix time of the newest sample")
+    cost = GaugeMetricFamily("gputop_sample_duration_seconds",
+                             "Time the last sample and the live rules took (s)")
+    if snap is not None:
+        d = snap.driver
+        info.add_metric([], {"version": version, "hostname": snap.host.hostname,
+                             "driver_version": d.driver_version or "",
+                             "cuda_version": d.cuda_version or "",
+                             "simulated": d.simulated or ""})
+        driver.add_metric([], 1.0 if d.available else 0.0)
+        last.add_metric([], snap.time)
+    if sample_seconds is not None:
+        cost.add_metric([], sample_seconds)
+    return [info, driver, last, cost]
+
+
+def all_families(snap: Snapshot | None, clock: FindingClock, version: str,
+                 sample_seconds: float | None = None) -> list[Metric]:
+    families = meta_families(snap, version, sample_seconds)
+    if snap is not None:
+        families += gpu_families(snap) + host_families(snap.host) + job_families(snap)
+    families += clock.families()
+    return families
+
+
+def series_count(families: Iterable[Metric]) -> int:
+    return sum(len(f.samples) for f in families)
+
+
+def iter_samples(families: Iterable[Metric]) -> Iterator:
+    for family in families:
+        yield from family.samples

@@ -1,0 +1,136 @@
+"""`gputop exporter` on its own: the series of 8 GPUs (acceptance 4 of issue 16), labels
+without pids or free text, the finding clock, and one-line errors for bad options."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gputop.diagnostics.findings import Finding
+from gputop.exporter.metrics import FindingClock, all_families, gpu_families, series_count
+from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
+from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
+
+ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
+                  "hostname", "driver_version", "cuda_version", "simulated"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(url: str) -> list:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return list(text_string_to_metric_families(response.read().decode()))
+
+
+@pytest.mark.timeout(3 * SLOW)
+def test_series_count_for_8_gpus(spawn):
+    port = free_port()
+    spawn([sys.executable, "-m", "gputop", "--demo", "tour", "--interval", "1", "exporter",
+           "--listen", f"127.0.0.1:{port}"], env=cli_env(), cwd=REPO,
+          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def findings_up():
+        try:
+            families = scrape(url)
+        except OSError:
+            return None
+        active = [s for f in families if f.name == "gputop_finding_active" for s in f.samples]
+        # The tour raises a finding on most of its 8 GPUs; count once most are in.
+        return families if len(active) >= 6 else None
+
+    families = wait_for(findings_up, timeout=2 * SLOW, interval=1.0)
+    samples = [s for f in families for s in f.samples]
+    gpus = {s.labels["gpu"] for s in samples if s.name == "gputop_gpu_utilization_percent"}
+    assert gpus == {str(i) for i in range(8)}
+    findings = [s for s in samples if s.name.startswith("gputop_finding_active")]
+    own = [s for s in samples if s.name.startswith(("process_", "python_"))]
+    print(f"\nseries for 8 GPUs (demo tour): {len(samples)} in all: "
+          f"{len(samples) - len(findings) - len(own)} GPU, host and info, "
+          f"{len(findings)} for {len(findings) // 2} findings, {len(own)} of the exporter's "
+          "own process")
+    assert len(samples) < 300
+    for s in samples:
+        assert set(s.labels) <= ALLOWED_LABELS, (s.name, s.labels)
+        assert "pid" not in s.labels
+
+
+def test_the_finding_clock_counts_active_time_per_finding_and_gpu():
+    clock = FindingClock()
+
+    def finding(fid: str, severity: str, gpu: int | None, pid: int = 1) -> Finding:
+        return Finding(fid, severity, "t", "e", "f", "n", gpu=gpu, pid=pid)
+
+    clock.update([finding("dataloader-stall", "warning", 0)], 1.0)
+    clock.update([finding("dataloader-stall", "critical", 0),
+                  finding("dataloader-stall", "warning", 0, pid=2),
+                  finding("contention", "warning", None)], 1.0)
+    clock.update([finding("contention", "warning", None)], 1.5)
+    active, seconds = clock.families()
+    assert {tuple(s.labels.values()): s.value for s in active.samples} == {
+        ("contention", "warning", ""): 1.0,
+        ("dataloader-stall", "critical", "0"): 0.0,  # cleared; the worst severity it had last
+    }
+    assert {tuple(s.labels.values()): s.value for s in seconds.samples} == {
+        ("contention", ""): 2.5, ("dataloader-stall", "0"): 2.0}
+    assert all(s.name == "gputop_finding_active_seconds_total" for s in seconds.samples)
+
+
+def test_a_lost_gpu_has_only_its_lost_series_and_jobs_are_keyed_by_gpu_and_rank():
+    agent = {"steps": 120, "steps_per_s": 2.5, "step_time_p50_s": 0.4, "step_time_p95_s": 0.5,
+             "dataloader_wait_share": 0.8, "rank": 3}
+    snap = Snapshot(time=1.0, host=HostSample("h", cpu_percent=50.0),
+                    driver=DriverInfo(True, "570", "12.8"),
+                    gpus=(GpuSample(0, uuid="GPU-a", name="A100", util_gpu=20.0,
+                                    processes=(ProcSample(42, "python", agent=agent),)),
+                          GpuSample(1, uuid="GPU-b", name="A100", lost=True)))
+    families = all_families(snap, FindingClock(), "1.0")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families for s in f.samples}
+    lost = [k for k in samples if ("gpu", "1") in k[1]]
+    assert [k[0] for k in lost] == ["gputop_gpu_lost"] and samples[lost[0]] == 1.0
+    assert samples[("gputop_job_steps_per_second", (("gpu", "0"), ("rank", "3")))] == 2.5
+    assert samples[("gputop_job_step_time_seconds",
+                    (("gpu", "0"), ("quantile", "0.95"), ("rank", "3")))] == 0.5
+    assert samples[("gputop_job_steps_total", (("gpu", "0"), ("rank", "3")))] == 120
+    assert series_count(gpu_families(snap)) == len([k for k in samples
+                                                    if k[0].startswith("gputop_gpu_")])
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    cases = [
+        (["exporter", "--listen", "nope:port"], 2, "--listen"),
+        (["exporter", "--listen", "127.0.0.1:70000"], 2, "out of range"),
+        (["exporter", "--tls-cert", "x.pem"], 2, "go together"),
+        (["exporter", "--basic-auth-file", str(tmp_path / "missing")], 2, "cannot read"),
+    ]
+    loose = tmp_path / "users"
+    loose.write_text("a:b\n")
+    loose.chmod(0o644)
+    cases.append((["exporter", "--basic-auth-file", str(loose)], 2, "chmod 600"))
+    for args, code, text in cases:
+        result = run_cli("--demo", "no-driver", *args)
+        assert result.returncode == code, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and text in lines[0], (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("--demo", "no-driver", "exporter", "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1, result.stderr
+    assert "cannot listen on 127.0.0.1" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("gputop: error:")
