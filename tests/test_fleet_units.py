@@ -86,7 +86,7 @@ def test_gputop_stream_writes_schema_1_lines():
     assert snap.gpus[0].processes and snap.gpus[0].processes[0].workers
     assert snap.driver.simulated == "healthy"
     raw = json.loads(lines[-1])
-    assert set(raw["snapshot"]) == {"time", "host", "driver", "gpus", "processes"}
+    assert set(raw["snapshot"]) == {"time", "host", "driver", "gpus", "processes", "jobs"}
 
 
 def test_stream_findings_of_the_node_arrive(spawn):

@@ -21,6 +21,7 @@ from gputop.agent.client import AgentError, agent_status
 from gputop.agent.jobs import find_job
 from tests.conftest import REPO, SLOW, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world, running
+from tests.tui_data import screen_text
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(6 * SLOW)
@@ -194,3 +195,44 @@ def test_a_rank_killed_mid_capture_is_named_and_the_others_analysed(world):
         survivors = [r for r in data["ranks"] if r["ok"]]
         assert len(survivors) >= 1 and all("analysis" in r for r in survivors)
         assert time.monotonic() - started < 2 * SLOW
+
+
+def test_the_monitor_shows_one_job_row_and_p_on_it_compares_the_ranks(world, slow_job):
+    """Under the pilot (the tmux test drives the real terminal): the job row with its 4 ranks,
+    then `p` on it gives the cross-rank screen naming rank 2."""
+    import asyncio
+
+    from gputop.tui.app import GputopApp
+    from gputop.tui.widgets.job_screen import JobScreen
+
+    async def drive() -> None:
+        app = GputopApp(interval=0.5)
+        async with app.run_test(size=(140, 45)) as pilot:
+            async def until(condition, timeout: float = 2 * SLOW) -> None:
+                deadline = time.monotonic() + timeout
+                while not condition():
+                    assert time.monotonic() < deadline, screen_text(app)
+                    await pilot.pause(0.1)
+
+            def job_rows():
+                return [r for r in app.table.rows_by_key.values() if r.job is not None]
+
+            await until(lambda: len(job_rows()) == 1 and "4 ranks" in job_rows()[0].cells["command"])
+            text = screen_text(app)
+            assert all(f"rank {r} " in text for r in range(4)), text
+            app.table.focus()
+            await pilot.press("home")
+            for _ in range(12):
+                row = app.table.selected_row()
+                if row is not None and row.job is not None:
+                    break
+                await pilot.press("down")
+            assert app.table.selected_row().job == job_rows()[0].job
+            await pilot.press("p")
+            await until(lambda: isinstance(app.screen, JobScreen), timeout=3 * SLOW)
+            await pilot.pause(0.3)
+            shown = screen_text(app)
+            assert "straggler rank 2" in shown and "dataloader-stall" in shown, shown
+            assert "waiting for a late rank" in shown  # the bars' legend
+
+    asyncio.run(drive())

@@ -557,6 +557,10 @@ class GputopApp(App[int]):
             self.call_from_thread(self.notify, f"sent {name} to pid {pid}")
 
     def action_request_capture(self) -> None:
+        row = self.table.selected_row()
+        if row is not None and row.job is not None:  # the job row: every rank
+            self.capture_job(row.job, row.pid)
+            return
         pid = self._selected_pid(training=True)
         if pid is None:
             return

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gputop.format import bytes_h, pct, safe_text
+from gputop.job_groups import JobView, jobs_in
 from gputop.model import ProcSample, Snapshot, WorkerSample
 from gputop.tui.severity import SEVERITY_MARK
 
@@ -44,6 +45,7 @@ class Row:
     parent: int | None  # the training process of a worker row
     cells: dict[str, str]
     visible: bool = True
+    job: str | None = None  # a job row (key "job:<id>"): the job id; pid is its launcher's
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,13 @@ def _agent_text(proc: ProcSample) -> str:
     if not a:
         return ""
     steps = a.get("steps_per_s")
-    return "  [agent" + (f" {steps:.2f} steps/s" if isinstance(steps, int | float) else "") + "]"
+    wait = a.get("dataloader_wait_share")
+    text = "agent"
+    if isinstance(steps, int | float) and not isinstance(steps, bool):
+        text += f" {steps:.2f} steps/s"
+    if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 <= wait <= 1:
+        text += f", DataLoader wait {wait * 100:.0f}%"
+    return f"  [{text}]"
 
 
 def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
@@ -109,9 +117,47 @@ def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
     }
 
 
+def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
+    """A job's row: its ranks' GPUs and totals, and the step rate they share."""
+    procs = [g.proc for g in members]
+    gpus = tuple(sorted({i for g in members for i in g.gpus}))
+    sm = [p.sm_util for p in procs if p.sm_util is not None]
+    rates = [r.steps_per_s for r in job.ranks if r.steps_per_s is not None]
+    waits = [r.dataloader_wait_share for r in job.ranks if r.dataloader_wait_share is not None]
+    what = [f"job {job.job_id[:48]}", f"{len(job.ranks)} ranks"
+            + (f" of {job.world_size}" if job.world_size and job.world_size != len(job.ranks)
+               else "")]
+    if rates:
+        what.append(f"{min(rates):.2f} steps/s")
+    if waits:
+        lo, hi = min(waits) * 100, max(waits) * 100
+        what.append(f"DataLoader wait {lo:.0f}%" if round(lo) == round(hi)
+                    else f"DataLoader wait {lo:.0f}-{hi:.0f}%")
+    if job.missing_local_ranks:
+        what.append(f"{len(job.missing_local_ranks)} not reachable")
+    return {
+        "gpu": _gpu_text(gpus),
+        "pid": str(job.launcher_pid) if job.launcher_pid else "",
+        "user": (procs[0].user or "?")[:8] if procs else "",
+        "gpu_mem": bytes_h(sum(p.gpu_mem or 0 for p in procs)) if any(p.gpu_mem for p in procs)
+        else "n/a",
+        "sm": pct(sum(sm) / len(sm)) if sm else "n/a",
+        "cpu": pct(sum(g.proc.tree_cpu_percent for g in members)),
+        "rss": bytes_h(sum(p.rss or 0 for p in procs)),
+        "state": "job",
+        "command": "▾ " + " · ".join(what),
+    }
+
+
+def _rank_cells(group: Group, rank: int, last: bool, severity: str | None) -> dict[str, str]:
+    cells = _proc_cells(group, severity)
+    cells["command"] = f"{'└─' if last else '├─'} rank {rank}  {cells['command']}"
+    return cells
+
+
 def _worker_cells(w: WorkerSample, gpus: tuple[int, ...], last: bool, tree: bool,
-                  parent: int) -> dict[str, str]:
-    branch = ("└─ " if last else "├─ ") if tree else ""
+                  parent: int, indent: str = "") -> dict[str, str]:
+    branch = indent + ("└─ " if last else "├─ ") if tree else ""
     return {
         "gpu": "" if tree else _gpu_text(gpus),
         "pid": str(w.pid),
@@ -172,16 +218,47 @@ def build_rows(snapshot: Snapshot, sort: str = "gpu", reverse: bool = False, tre
     own_rows = {g.proc.pid for g in every}
     rows: list[Row] = []
     if tree:
-        for g in sorted(chosen, key=proc_key, reverse=descending):
+        # The ranks of a job (two or more on this node) go under one job row, in rank order;
+        # the launcher's own row is the job row.
+        by_pid = {g.proc.pid: g for g in chosen}
+        jobs = {}
+        for job in jobs_in(snapshot):
+            members = [by_pid[r.pid] for r in job.ranks if r.pid in by_pid]
+            if len(job.ranks) >= 2 and members:
+                jobs[job.job_id] = (job, members)
+        in_job = {g.proc.pid for _, members in jobs.values() for g in members}
+        launchers = {job.launcher_pid: job.job_id for job, _ in jobs.values() if job.launcher_pid}
+        units = [g for g in chosen if g.proc.pid not in in_job and g.proc.pid not in launchers]
+        heads = {job_id: members[0] for job_id, (_, members) in jobs.items()}
+        order = sorted([*units, *heads.values()], key=proc_key, reverse=descending)
+        job_of_head = {id(g): job_id for job_id, g in heads.items()}
+
+        def add_workers(g: Group, indent: str) -> None:
             p = g.proc
-            rows.append(Row(str(p.pid), p.pid, None, _proc_cells(g, marks.get(p.pid)),
-                            p.visible))
             mine = sorted((w for w in p.workers if w.pid not in own_rows), key=lambda w: w.pid)
-            workers = sorted(((w, g) for w in mine),
-                             key=worker_key, reverse=descending)
+            workers = sorted(((w, g) for w in mine), key=worker_key, reverse=descending)
             for i, (w, _) in enumerate(workers):
-                cells = _worker_cells(w, g.gpus, i == len(workers) - 1, True, p.pid)
+                cells = _worker_cells(w, g.gpus, i == len(workers) - 1, True, p.pid, indent)
                 rows.append(Row(str(w.pid), w.pid, p.pid, cells))
+
+        for g in order:
+            job_id = job_of_head.get(id(g))
+            if job_id is None:
+                p = g.proc
+                rows.append(Row(str(p.pid), p.pid, None, _proc_cells(g, marks.get(p.pid)),
+                                p.visible))
+                add_workers(g, "")
+                continue
+            job, members = jobs[job_id]
+            rank_of = {r.pid: r.rank for r in job.ranks}
+            pid = job.launcher_pid or members[0].proc.pid
+            rows.append(Row(f"job:{job_id}", pid, None, _job_cells(job, members), True, job_id))
+            for i, m in enumerate(members):
+                last = i == len(members) - 1
+                rows.append(Row(str(m.proc.pid), m.proc.pid, None,
+                                _rank_cells(m, rank_of[m.proc.pid], last,
+                                            marks.get(m.proc.pid)), m.proc.visible))
+                add_workers(m, "   " if last else "│  ")
         return rows
     items: list[tuple[tuple, Row]] = []
     for g in chosen:
