@@ -2,7 +2,9 @@
 
 CPU percentages are rates between two calls, so psutil.Process objects are kept across ticks
 (keyed by pid and create time, so a reused pid is not mistaken for the old process). A process
-seen for the first time has ``cpu_percent=None`` until the next tick measures it.
+seen for the first time has ``cpu_percent=None`` until the next tick measures it, or, with
+``lifetime_first=True`` (one-shot commands that do not wait a second tick), the share of a core
+it has used since it started, from the counters already in /proc (what `ps` shows).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ class HostCollector:
     # boundaries, not every second, so the scan is reused for this long.
     CHILDREN_REFRESH_S = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, lifetime_first: bool = False) -> None:
         self.hostname = socket.gethostname()
+        self.lifetime_first = lifetime_first
         self._tracked: dict[int, _Tracked] = {}
         self._seen: set[int] = set()
         self._children: dict[int, list[int]] = {}
@@ -137,8 +140,20 @@ class HostCollector:
         value = tracked.proc.cpu_percent()
         if not tracked.measured:
             tracked.measured = True
-            return None
+            return self._lifetime_cpu(tracked) if self.lifetime_first else None
         return round(value, 1)
+
+    @staticmethod
+    def _lifetime_cpu(tracked: _Tracked) -> float | None:
+        """Share of one core used since the process started (user + system over its age)."""
+        try:
+            times = tracked.proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
+        age = time.time() - tracked.create_time
+        if age <= 0:
+            return None
+        return round(100.0 * (times.user + times.system) / age, 1)
 
     def sample_process(self, pid: int, gpu_mem: int | None = None, sm_util: float | None = None) -> ProcSample:
         """One GPU process and its direct children (DataLoader workers). Never raises."""

@@ -5,12 +5,18 @@ change (NOT_SUPPORTED, NO_PERMISSION, a missing symbol) is remembered per GPU so
 retried every tick. Versioned calls fall back to their older forms when the library lacks them.
 A GPU that falls off the bus is reported ``lost`` while the others carry on. Without a driver,
 ``open()`` returns a ``DriverInfo`` that says so; nothing raises.
+
+PCIe throughput is the one slow read: the driver counts bytes for 20 ms per call (TX and RX
+are two calls), so 8 GPUs read one after the other would block a tick for 320 ms. Each GPU's
+two reads run on a helper thread, all GPUs at once, started before the rest of the tick
+(``start_pcie``) so they overlap it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +119,8 @@ class NvmlCollector:
         self.devices: list[_Device] = []
         self.driver = DriverInfo(available=False, error="NVML not initialised")
         self._open = False
+        self._pcie_pool: ThreadPoolExecutor | None = None
+        self._pcie: dict[int, Future] | None = None  # GPU index -> its (tx, rx) being read
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -142,6 +150,8 @@ class NvmlCollector:
             dev = _Device(index, handle)
             self._read_static(dev)
             self.devices.append(dev)
+        for dev in self.devices:
+            self._prime_gpm(dev)  # GPM metrics are rates: the first tick has a sample to compare
         self.driver = DriverInfo(
             available=True,
             driver_version=driver_version,
@@ -153,6 +163,9 @@ class NvmlCollector:
     def close(self) -> None:
         if not self._open:
             return
+        if self._pcie_pool is not None:
+            self._pcie_pool.shutdown(wait=True)  # no read may outlive nvmlShutdown
+            self._pcie_pool, self._pcie = None, None
         for dev in self.devices:
             if dev.gpm_prev is not None:
                 self._quiet(pynvml.nvmlGpmSampleFree, dev.gpm_prev)
@@ -261,6 +274,42 @@ class NvmlCollector:
             util[s.pid] = max(util.get(s.pid, 0.0), float(s.smUtil))
         return util
 
+    def _prime_gpm(self, dev: _Device) -> None:
+        if dev.lost or dev.handle is None:
+            return
+        try:
+            self._gpm(dev)
+        except _Lost:
+            dev.lost = True
+
+    # -- PCIe, read on helper threads ---------------------------------------------------------
+
+    def _read_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
+        tx = self._get(dev, "pcie_tx", pynvml.nvmlDeviceGetPcieThroughput,
+                       pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = self._get(dev, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput,
+                       pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        return tx, rx
+
+    def start_pcie(self) -> None:
+        """Start this tick's PCIe reads of every GPU (they take the driver 20 ms each)."""
+        if self._pcie is not None or not self._open:
+            return
+        wanted = [d for d in self.devices
+                  if not d.lost and not {"pcie_tx", "pcie_rx"} <= d.unsupported]
+        if not wanted:
+            return
+        if self._pcie_pool is None:
+            self._pcie_pool = ThreadPoolExecutor(max_workers=min(16, len(self.devices)),
+                                                 thread_name_prefix="gputop-pcie")
+        self._pcie = {d.index: self._pcie_pool.submit(self._read_pcie, d) for d in wanted}
+
+    def _take_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
+        future = self._pcie.pop(dev.index, None) if self._pcie is not None else None
+        if future is None:
+            return None, None
+        return future.result()  # raises _Lost for a GPU that fell off the bus
+
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
         empty = dict.fromkeys(GPM_METRICS)
         if "gpm" in dev.unsupported:
@@ -305,6 +354,7 @@ class NvmlCollector:
 
     def sample(self) -> list[tuple[GpuSample, list[tuple[int, int | None]], dict[int, float]]]:
         """Per GPU: the sample (without processes), its compute pids with memory, and SM %."""
+        self.start_pcie()
         out = []
         for dev in self.devices:
             if dev.lost:
@@ -316,6 +366,9 @@ class NvmlCollector:
                 dev.lost = True
                 log.info("GPU %d fell off the bus", dev.index)
                 out.append((self._lost_sample(dev), [], {}))
+        pending, self._pcie = self._pcie, None
+        for future in (pending or {}).values():  # a GPU lost meanwhile: let its read finish
+            future.cancel()
         return out
 
     def _lost_sample(self, dev: _Device) -> GpuSample:
@@ -327,8 +380,7 @@ class NvmlCollector:
         power_mw = self._get(dev, "power", pynvml.nvmlDeviceGetPowerUsage)
         limit_mw = self._get(dev, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
         energy_mj = self._get(dev, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption)
-        tx = self._get(dev, "pcie_tx", pynvml.nvmlDeviceGetPcieThroughput, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = self._get(dev, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx, rx = self._take_pcie(dev)
         gen = self._get(dev, "pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration)
         width = self._get(dev, "pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth)
         temp = self._get(dev, "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
