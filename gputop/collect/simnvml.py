@@ -14,6 +14,7 @@ This is the only fake in gputop: everything above it is the real code.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 import time
@@ -44,7 +45,8 @@ PCIE_SAMPLE_S = 0.02
 GPM_BASE = 0x7700_0000  # fake GPM sample handles
 
 
-def _pid_max() -> int:
+@functools.lru_cache(maxsize=1)
+def _pid_max() -> int:  # read once: a driver call does not read /proc
     try:
         with open("/proc/sys/kernel/pid_max") as f:
             return int(f.read())
