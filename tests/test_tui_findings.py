@@ -140,6 +140,8 @@ async def test_findings_panel_wraps_long_evidence_at_word_boundaries():
         await until(pilot, lambda: app.frames_rendered > 0)
         app.show_findings([long])
         await pilot.pause()
+        app.findings.select(0)  # its detail in view
+        await until(pilot, lambda: "fix:" in screen_text(app))
         lines = [line for line in screen_text(app).splitlines() if "word word" in line]
         assert len(lines) >= 2  # 300 characters over a panel under the table, 118 wide
         words = [w for w in " ".join(lines).replace("evidence:", " ").split() if w.isalpha()]
@@ -183,6 +185,6 @@ async def test_findings_panel_scrolls_when_they_do_not_fit():
         app.show_findings(many)
         await pilot.pause()
         assert "contention" not in screen_text(app)  # below the fold
-        app.findings.scroll_end(animate=False, immediate=True)
+        app.findings.select(29)  # the last one: the view follows the selection
         await until(pilot, lambda: "contention" in screen_text(app))
         assert "findings (30)" in screen_text(app)

@@ -50,11 +50,11 @@ from gputop.tui.rows import groups
 from gputop.tui.severity import worst_severity
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
-from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
 from gputop.tui.widgets.findings import (
     FindingsBanner,
     FindingsPanel,
     FindingsScreen,
+    findings_lines,
     needed_width,
 )
 from gputop.tui.widgets.gpu_panel import GpuPanel
@@ -63,7 +63,6 @@ from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.process_view import ProcessScreen
-from gputop.tui.widgets.stacks_screen import StacksScreen
 from gputop.tui.widgets.text_line import TextLine
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
@@ -183,12 +182,15 @@ class GputopApp(App[int]):
         diagnose: bool | None = None,
         auto_capture: bool = False,
         capture_timeout: float = 60.0,
+        early=None,
     ) -> None:
         """``diagnose``: run the live rules (default: on for live sampling, off for a fixed
         sequence of ``snapshots``). ``auto_capture``: capture a process with an agent by
         itself when a stall finding raises on it. ``capture_timeout``: how long the agent
-        may take to record the steps."""
+        may take to record the steps. ``early``: an EarlySampler already opening the driver
+        (gputop top starts it before importing the interface)."""
         super().__init__(driver_class=HangupSafeDriver)
+        self.early = early
         self.demo, self.gpus, self.seed, self.interval = demo, gpus, seed, interval
         self.frame_log = FrameLog(frame_log or os.environ.get("GPUTOP_FRAME_LOG"))
         if snapshots is not None:
@@ -265,7 +267,11 @@ class GputopApp(App[int]):
         # Start sampling (and the demo's processes) while the terminal and widgets are being
         # set up: the first frame is then ready about when the screen is.
         if isinstance(self.feed, SamplerFeed):
-            self._run_sampler()
+            if self.early is not None:
+                self.early.attach(self.feed, lambda error: self.post_message(
+                    SamplerFailed(error)))
+            else:
+                self._run_sampler()
 
     def _on_terminal_signal(self, signum: int) -> None:
         """SIGHUP (the SSH connection dropped) or SIGTERM: leave like q does."""
@@ -289,7 +295,8 @@ class GputopApp(App[int]):
         # The list's width (and the panel's border and scrollbar); the lines of the list
         # and of the selected finding for a panel below the table.
         wanted = needed_width(findings) + 3 if findings else 0
-        lines = len(findings) + 8 if findings else 0
+        lines = (len(findings_lines(findings, self.capture_notes, self.findings.selected,
+                                    max(20, width - 4))[0]) if findings else 0)
         plan = plan_layout(width, height, n, self.compact_choice, wanted, lines)
         self.plan = plan
         panel = self.gpu_panel
@@ -330,7 +337,9 @@ class GputopApp(App[int]):
         feed = self.feed
         assert isinstance(feed, SamplerFeed)
         try:
-            with open_sampler(self.demo, self.gpus, self.seed) as sampler:
+            # No wait for the demo's workers: the first frame comes first, and they show as
+            # they are forked.
+            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0) as sampler:
                 if not feed.stopped:
                     feed.run(sampler)
         except Exception as exc:  # reported on screen and after exit, never as a traceback
@@ -430,7 +439,8 @@ class GputopApp(App[int]):
         """The panel's size follows its list: lay out again only when that changes (a
         finding raised or cleared), never for new numbers in the evidence."""
         findings = self.findings.findings
-        key = (needed_width(findings) if findings else 0, len(findings), bool(findings))
+        key = (needed_width(findings) if findings else 0, len(findings), bool(findings),
+               self.findings.selected)
         if key != self._findings_layout:
             self._findings_layout = key
             self._apply_layout()
@@ -607,6 +617,8 @@ class GputopApp(App[int]):
 
     def show_stacks(self, pid: int) -> None:
         """`p` on a process without the agent: its Python stacks (py-spy) on a screen."""
+        from gputop.tui.widgets.stacks_screen import StacksScreen  # on first use: start-up
+
         if not isinstance(self.screen, StacksScreen):
             self.push_screen(StacksScreen(pid, self._command(pid)))
 
@@ -736,4 +748,6 @@ class GputopApp(App[int]):
     def show_diagnosis(self, pid: int, analysis, trace: str, source: str = "") -> None:
         """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it);
         ``source``: the source lines of the top costs, when the trace has Python stacks."""
+        from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen  # on first use
+
         self.push_screen(DiagnosisScreen(pid, analysis, trace, source))

@@ -53,7 +53,7 @@ def fit(pieces: Iterable[Piece], width: int) -> Line:
     for text, role in pieces:
         if used >= width:
             break
-        size = cell_len(text)
+        size = len(text) if text.isascii() else cell_len(text)
         if used + size > width:
             text, size = set_cell_size(text, width - used), width - used
         if text:

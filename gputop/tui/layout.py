@@ -61,7 +61,9 @@ def plan_layout(width: int, height: int, n_gpus: int, compact: bool | None = Non
         side = max(SIDE_MIN, min(findings_width or SIDE_MIN, width - TABLE_MIN_WIDTH))
         return Plan(gpus.compact, gpus.columns, gpus.card_height, gpus.gpu_lines, True,
                     "side", side)
-    below = max(5, min(findings_lines + 2 if findings_lines else 5, lower // 2))
+    # Below the table: the list and the selected finding, while the table keeps its header
+    # and TABLE_MIN_LINES - 1 rows.
+    below = max(5, min(findings_lines + 2 if findings_lines else 5, lower - TABLE_MIN_LINES))
     return Plan(gpus.compact, gpus.columns, gpus.card_height, gpus.gpu_lines, True, "below",
                 below)
 

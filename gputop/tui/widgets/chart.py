@@ -72,13 +72,12 @@ def braille_lines(values: np.ndarray, vmax: float, height: int) -> list[str]:
     if vmax <= 0 or not len(values):
         return [" " * (len(values) // 2)] * height
     levels = _levels(values, vmax, height * 4)
-    rows = []
-    for row in range(height):
-        base = (height - 1 - row) * 4
-        dots = np.clip(levels - base, 0, 4)
-        codes = dots[0::2] * 5 + dots[1::2]
-        rows.append("".join([_CELLS[c] for c in codes.tolist()]))
-    return rows
+    # Every row at once: the dots each row's cells hold, from the top row down.
+    bases = np.arange(height - 1, -1, -1)[:, None] * 4
+    dots = np.minimum(np.maximum(levels[None, :] - bases, 0), 4)
+    codes = (dots[:, 0::2] * 5 + dots[:, 1::2]).tolist()
+    cells = _CELLS
+    return ["".join([cells[c] for c in row]) for row in codes]
 
 
 def sparkline(values: np.ndarray, vmax: float) -> str:

@@ -55,7 +55,7 @@ def list_line(f, id_width: int = _ID_WIDTH, about_width: int = 16,
     """One finding on one line: its severity's glyph, id, GPU and pid, title, and the short
     form of a capture's note."""
     pieces = [(f"{SEVERITY_MARK.get(f.severity, '•')} ", f.severity),
-              (f"{f.id:<{id_width}} ", "bold"), (f"{about(f):<{about_width}} ", "dim"),
+              (f"{f.id:<{id_width}}  ", "bold"), (f"{about(f):<{about_width}}  ", "dim"),
               (safe_text(f.title), None)]
     if note:
         pieces.append((" · " + safe_text(note.split(",")[0]), "dim"))
@@ -235,7 +235,14 @@ class FindingsView(ScrollView, can_focus=True):
             self.selected = index
             self._selected_key = finding_key(self.findings[index])
             self._rebuild()
-            self.scroll_to(y=0, animate=False, immediate=True)
+        self.show_selected()
+
+    def show_selected(self) -> None:
+        """Scroll so the selected finding's detail is in view, with as much of the list
+        above it as fits (the detail is what the reader came for)."""
+        height = self.scrollable_content_region.height or self.size.height
+        # The end of the detail on the last line when it does not all fit.
+        self.scroll_to(y=max(0, len(self.lines) - height), animate=False, immediate=True)
 
     def on_click(self, event: events.Click) -> None:
         index = self.scroll_offset.y + event.y

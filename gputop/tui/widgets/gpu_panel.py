@@ -231,9 +231,13 @@ class GpuPanel(ScrollView, can_focus=False):
             if index >= len(self.lines):
                 strip = Strip.blank(width, styles[None])
             else:
-                segments = [Segment(text, styles.get(role) or styles[None])
-                            for text, role in self.lines[index]]
-                strip = Strip(segments).adjust_cell_length(width, styles[None])
+                base = styles[None]
+                segments = [Segment(text, styles.get(role, base)) for text, role in
+                            self.lines[index]]
+                if width == self._width:  # lines are built exactly this wide
+                    strip = Strip(segments, width)
+                else:
+                    strip = Strip(segments).adjust_cell_length(width, base)
             self._strips[index] = strip
         return strip
 
