@@ -1,12 +1,27 @@
-"""The live monitor's own cost, in a real terminal: `gputop --demo tour --interval 1` (8
-simulated GPUs) in tmux at 160x50, on a host with ~300 processes, for 60 s.
+"""The live monitor's cost against nvitop's, measured in one run on the same simulated GPUs.
 
-Prints gputop's own CPU use (% of one core: the median of 1 s readings and the average over the
-run, from psutil on the gputop process; the demo's stand-in processes are separate processes
-and not counted) and the frame times the app logs (GPUTOP_FRAME_LOG): the frame handler alone
-(wall and CPU) and the whole frame until it is painted. Goal: under 3 % of a core at a 1 s interval.
+Both run in tmux at the same size (160x50 by default) on `--demo tour` (8 simulated GPUs,
+each with a different problem), at a 1 s interval, on a host with ~300 processes:
+- gputop: `gputop --demo tour --interval 1` with its charts and live diagnosis on;
+- nvitop: `nvitop --interval 1` in a Python process that first puts gputop's simulated NVML
+  behind nvidia-ml-py (benchmarks/nvitop_simulated.py), so both read the same driver.
+The tour's stand-in processes are started once by this script and handed to both through
+GPUTOP_DEMO_PIDS, so the two monitors show the same processes and neither starts its own.
 
-Usage: python benchmarks/bench_tui.py [--seconds 60] [--size 160x50] [--processes 300]
+It prints:
+- time to first frame: from the command line typed at a shell prompt to a screen that shows
+  the GPUs and their processes (median and worst of --starts runs each, alternating);
+- CPU: both monitors side by side for --seconds after --warmup, each one's own process only
+  (threads included), as % of one core: mean (CPU time over wall time) and median of 1 s
+  readings, and the gputop/nvitop ratio of each (the goal: <= 1.0);
+- gputop's frame times (GPUTOP_FRAME_LOG): the frame handler's wall and CPU time, and the
+  wall time until the frame is painted.
+
+Other work on the machine slows both alike; compare ratios, not absolute figures, across
+machines.
+
+Usage: python benchmarks/bench_tui.py [--seconds 60] [--warmup 10] [--size 160x50]
+                                      [--interval 1] [--processes 300] [--starts 3]
 """
 
 from __future__ import annotations
@@ -25,6 +40,12 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from gputop.collect.scenarios import SCENARIOS  # noqa: E402
+from gputop.demo.standins import StandIns, wait_ready  # noqa: E402
+
+TIMEOUT_S = 60.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -32,120 +53,237 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def gputop_command(interval: float) -> str:
-    """The installed console script when there is one, else this checkout's module."""
-    if shutil.which("gputop"):
-        return f"gputop --demo tour --interval {interval:g}"
-    return f"{sys.executable} -m gputop --demo tour --interval {interval:g}"
+class Pane:
+    """A private tmux server with one pane running an interactive shell."""
+
+    def __init__(self, width: int, height: int, env: dict[str, str]) -> None:
+        self.socket = f"gputop-bench-{uuid.uuid4().hex[:8]}"
+        self.env = env
+        self.tmux("-f", "/dev/null", "new-session", "-d", "-s", "b", "-x", str(width),
+                  "-y", str(height), "-c", str(REPO), "bash --norc --noprofile")
+        self.shell = int(self.tmux("display-message", "-p", "-t", "b", "#{pane_pid}").strip())
+        self.tmux("send-keys", "-t", "b", "-l", "PS1='$ '")
+        self.tmux("send-keys", "-t", "b", "Enter")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
+                              capture_output=True, text=True, timeout=TIMEOUT_S).stdout
+
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "b", "-l", line)
+        self.tmux("send-keys", "-t", "b", "Enter")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "b")
+
+    def program(self) -> psutil.Process | None:
+        try:
+            children = psutil.Process(self.shell).children()
+        except psutil.Error:
+            return None
+        return children[0] if children else None
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
 
-def find_gputop(pane_pid: int) -> psutil.Process | None:
+def commands(interval: float) -> dict[str, str]:
+    python = sys.executable
+    gputop = shutil.which("gputop") or f"{python} -m gputop"
+    return {
+        "gputop": f"{gputop} --demo tour --interval {interval:g}",
+        "nvitop": f"{python} benchmarks/nvitop_simulated.py tour --interval {interval:g} "
+                  f"2>/dev/null",
+    }
+
+
+def shows_gpus_and_processes(name: str, screen: str, pids: list[int]) -> bool:
+    """The first frame: the GPUs (gputop names their models; nvitop, with 8 GPUs and their
+    processes, shows its compact rows without names) and at least one GPU process."""
+    gpus = ("A100" in screen and "H100" in screen) if name == "gputop" else (
+        "NVITOP" in screen and "MEM:" in screen)
+    return gpus and any(f" {pid} " in screen for pid in pids)
+
+
+def first_frame(width: int, height: int, env: dict[str, str], name: str, command: str,
+                pids: list[int]) -> float:
+    pane = Pane(width, height, env)
     try:
-        pane = psutil.Process(pane_pid)
-        for proc in [pane, *pane.children(recursive=True)]:
-            cmd = " ".join(proc.cmdline())
-            if "gputop" in cmd and "gputop.demo" not in cmd and "--demo tour" in cmd:
-                return proc
-    except psutil.Error:
-        pass
-    return None
+        deadline = time.monotonic() + TIMEOUT_S
+        while "$" not in pane.screen() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        started = time.monotonic()
+        pane.type(command)
+        while not shows_gpus_and_processes(name, pane.screen(), pids):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench_tui: no first frame from: {command}\n"
+                                 f"{pane.screen()}")
+            time.sleep(0.01)
+        return time.monotonic() - started
+    finally:
+        pane.close()
+
+
+RESIZES = ((80, 24), (200, 60), (120, 40), (160, 50))
+
+
+def laid_out(screen: str, width: int, height: int) -> bool:
+    """The screen drawn for this size: as many lines, the footer last, and what the size
+    shows (compact rows and the findings banner or panel, or cards as wide as the screen)."""
+    lines = screen.splitlines()
+    if len(lines) != height or "q Quit" not in lines[-1]:
+        return False
+    if width < 120:
+        return any(line.startswith(" 7 NVIDIA L40S") for line in lines)
+    panel = any("─ findings" in line for line in lines)
+    if width >= 160:
+        return panel and any(len(line.rstrip()) >= width - 2 and ("╮" in line or "┓" in line)
+                             for line in lines[1:4])
+    return panel and any(line.startswith(" 7 NVIDIA L40S") for line in lines)
+
+
+def resize_latency(pane: Pane, rounds: int) -> list[float]:
+    """Seconds from each resize of the window to the screen laid out for the new size."""
+    out = []
+    for _ in range(rounds):
+        for width, height in RESIZES:
+            started = time.monotonic()
+            pane.tmux("resize-window", "-t", "b", "-x", str(width), "-y", str(height))
+            deadline = started + TIMEOUT_S
+            while not laid_out(pane.screen(), width, height):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"bench_tui: not laid out for {width}x{height}:\n"
+                                     f"{pane.screen()}")
+                time.sleep(0.005)
+            out.append(time.monotonic() - started)
+            time.sleep(0.5)
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=10.0,
+                        help="seconds after the first frame that are not counted")
     parser.add_argument("--size", default="160x50")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--processes", type=int, default=300,
                         help="start sleeping processes until the host has this many")
-    parser.add_argument("--warmup", type=float, default=5.0,
-                        help="seconds after the first frame that are not counted")
-    parser.add_argument("--paused", action="store_true",
-                        help="press space first: sampling goes on, drawing stops (the floor)")
+    parser.add_argument("--starts", type=int, default=3,
+                        help="starts of each monitor timed to the first frame")
+    parser.add_argument("--resizes", type=int, default=3,
+                        help="rounds of resizes (80x24, 200x60, 120x40, 160x50) timed")
     args = parser.parse_args()
     if shutil.which("tmux") is None:
         print("bench_tui: needs tmux", file=sys.stderr)
         return 2
-    width, height = (int(x) for x in args.size.split("x"))
-
-    fillers: list[subprocess.Popen] = []
-    socket = f"gputop-bench-{uuid.uuid4().hex[:8]}"
-    frame_log = Path(tempfile.mkdtemp(prefix="gputop-bench-")) / "frames.log"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["GPUTOP_FRAME_LOG"] = str(frame_log)
-
-    def tmux(*targs: str) -> str:
-        return subprocess.run(["tmux", "-L", socket, *targs], env=env, capture_output=True,
-                              text=True, check=True, timeout=10).stdout
-
     try:
-        while len(psutil.pids()) < args.processes and len(fillers) < 400:
-            fillers.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
-        host_processes = len(psutil.pids())
-        tmux("-f", "/dev/null", "new-session", "-d", "-s", "bench", "-x", str(width),
-             "-y", str(height), "-c", str(REPO), gputop_command(args.interval))
-        pane_pid = int(tmux("display-message", "-p", "-t", "bench", "#{pane_pid}").strip())
-        deadline = time.monotonic() + 15
-        proc = None
-        while proc is None and time.monotonic() < deadline:
-            proc = find_gputop(pane_pid)
-            time.sleep(0.05)
-        if proc is None:
-            print("bench_tui: gputop did not start", file=sys.stderr)
-            return 1
-        # Start counting once the first frame is on screen and the warm-up has passed.
-        while "NVIDIA" not in tmux("capture-pane", "-p", "-t", "bench"):
-            if time.monotonic() > deadline:
-                print("bench_tui: no GPU on screen", file=sys.stderr)
-                return 1
-            time.sleep(0.05)
-        if args.paused:
-            tmux("send-keys", "-t", "bench", "space")
-        time.sleep(args.warmup)
-        frames_before = len(frame_log.read_text().splitlines()) if frame_log.exists() else 0
-        readings = []
-        proc.cpu_percent(None)
-        cpu0, wall0 = sum(proc.cpu_times()[:2]), time.monotonic()
-        end = wall0 + args.seconds
-        while time.monotonic() < end:
-            time.sleep(1.0)
-            readings.append(proc.cpu_percent(None))
-        cpu1, wall1 = sum(proc.cpu_times()[:2]), time.monotonic()
-        threads = proc.num_threads()
-        tmux("send-keys", "-t", "bench", "q")
-        proc.wait(10)
-    finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
-        for filler in fillers:
-            filler.kill()
-        for filler in fillers:
-            filler.wait()
+        import nvitop  # noqa: F401
+    except ImportError:
+        print("bench_tui: needs nvitop: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
+    width, height = (int(x) for x in args.size.split("x"))
+    # A warm start, as after the first run: gputop's modules compiled (an environment with
+    # PYTHONDONTWRITEBYTECODE would otherwise compile them on every start; nvitop's were
+    # compiled when pip installed it).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "gputop")],
+                   check=False, capture_output=True)
+    fillers: list[subprocess.Popen] = []
+    frame_log = Path(tempfile.mkdtemp(prefix="gputop-bench-")) / "frames.log"
+    scenario = SCENARIOS["tour"]
+    panes: list[Pane] = []
+    with StandIns(scenario) as standins:
+        pids_by_gpu = standins.start()
+        wait_ready(standins, timeout=TIMEOUT_S)
+        pids = [p for ps in pids_by_gpu.values() for p in ps]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["GPUTOP_DEMO_PIDS"] = ",".join(f"{i}:{p}" for i, ps in pids_by_gpu.items()
+                                           for p in ps)
+        cmd = commands(args.interval)
+        try:
+            while len(psutil.pids()) < args.processes and len(fillers) < 400:
+                fillers.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
+            host_processes = len(psutil.pids())
+            starts: dict[str, list[float]] = {"gputop": [], "nvitop": []}
+            for _ in range(args.starts):
+                for name in ("gputop", "nvitop"):
+                    starts[name].append(first_frame(width, height, env, name, cmd[name], pids))
+
+            # Side by side: both draw at the same time on the same machine.
+            procs: dict[str, psutil.Process] = {}
+            for name in ("gputop", "nvitop"):
+                pane_env = dict(env, GPUTOP_FRAME_LOG=str(frame_log)) if name == "gputop" \
+                    else env
+                pane = Pane(width, height, pane_env)
+                panes.append(pane)
+                pane.type(cmd[name])
+            deadline = time.monotonic() + TIMEOUT_S
+            for name, pane in zip(("gputop", "nvitop"), panes):
+                while not shows_gpus_and_processes(name, pane.screen(), pids):
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"bench_tui: {name} shows no frame")
+                    time.sleep(0.05)
+                procs[name] = pane.program()
+            time.sleep(args.warmup)
+            frames_before = (len(frame_log.read_text().splitlines()) if frame_log.exists()
+                             else 0)
+            readings: dict[str, list[float]] = {name: [] for name in procs}
+            cpu0 = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
+            last = dict(cpu0)
+            wall0 = time.monotonic()
+            previous = wall0
+            while time.monotonic() - wall0 < args.seconds:
+                time.sleep(1.0)
+                now = time.monotonic()
+                for name, proc in procs.items():
+                    cpu = sum(proc.cpu_times()[:2])
+                    readings[name].append(100.0 * (cpu - last[name]) / (now - previous))
+                    last[name] = cpu
+                previous = now
+            wall = time.monotonic() - wall0
+            mean = {name: 100.0 * (last[name] - cpu0[name]) / wall for name in procs}
+            threads = {name: p.num_threads() for name, p in procs.items()}
+            resizes = resize_latency(panes[0], args.resizes)
+        finally:
+            for pane in panes:
+                pane.close()
+            for filler in fillers:
+                filler.kill()
+            for filler in fillers:
+                filler.wait()
 
     lines = frame_log.read_text().splitlines()[frames_before:] if frame_log.exists() else []
-    handler = [float(line.split()[0]) for line in lines]
-    handler_cpu = [float(line.split()[1]) for line in lines]
-    painted = [float(line.split()[2]) for line in lines]
     shutil.rmtree(frame_log.parent, ignore_errors=True)
-    average = 100.0 * (cpu1 - cpu0) / (wall1 - wall0)
-    print(f"gputop --demo tour (8 GPUs) --interval {args.interval:g} in tmux {width}x{height}"
-          f"{' (paused: sampling only)' if args.paused else ''}; "
-          f"host processes: {host_processes}; measured {wall1 - wall0:.0f} s after "
-          f"{args.warmup:g} s warm-up; gputop threads: {threads}")
-    print(f"gputop CPU (% of one core): median {statistics.median(readings):.2f}  "
-          f"p95 {percentile(readings, 0.95):.2f}  average {average:.2f}  "
-          f"(goal < 3.00 at a 1 s interval)")
-    if handler:
-        print(f"frames: {len(handler)}; frame handler: wall median "
-              f"{statistics.median(handler):.2f} ms p95 {percentile(handler, 0.95):.2f} ms, "
-              f"CPU median {statistics.median(handler_cpu):.2f} ms p95 "
-              f"{percentile(handler_cpu, 0.95):.2f} ms; until painted (wall): median "
-              f"{statistics.median(painted):.2f} ms p95 {percentile(painted, 0.95):.2f} ms")
-        print("(wall times include waiting for a core: the demo's stand-ins keep both cores "
-              "of a small machine busy)")
-    else:
-        print("frames: none logged")
+    median = {name: statistics.median(values) for name, values in readings.items()}
+    print(f"tour (8 simulated GPUs), --interval {args.interval:g}, tmux {width}x{height}, "
+          f"host processes: {host_processes}; charts and live diagnosis on")
+    for name in ("gputop", "nvitop"):
+        s = starts[name]
+        print(f"  {name}: first frame median {statistics.median(s):.2f} s, worst {max(s):.2f} s "
+              f"({len(s)} starts); CPU over {wall:.0f} s after {args.warmup:g} s warm-up: "
+              f"mean {mean[name]:.2f} %, median {median[name]:.2f} % of one core "
+              f"({threads[name]} threads)")
+    print(f"gputop/nvitop CPU ratio: mean {mean['gputop'] / mean['nvitop']:.2f}, median "
+          f"{median['gputop'] / median['nvitop']:.2f} (goal <= 1.00); first frame "
+          f"{statistics.median(starts['gputop']):.2f} s (goal <= 1.00 s)")
+    if lines:
+        handler = [float(line.split()[0]) for line in lines]
+        handler_cpu = [float(line.split()[1]) for line in lines]
+        painted = [float(line.split()[2]) for line in lines]
+        print(f"gputop frames: {len(lines)}; frame handler wall median "
+              f"{statistics.median(handler):.2f} ms (p95 {percentile(handler, 0.95):.2f}), CPU "
+              f"median {statistics.median(handler_cpu):.2f} ms (p95 "
+              f"{percentile(handler_cpu, 0.95):.2f}); until painted median "
+              f"{statistics.median(painted):.2f} ms (p95 {percentile(painted, 0.95):.2f})")
+    print(f"CPU per 1 s tick: gputop {mean['gputop'] * 10:.1f} ms, nvitop "
+          f"{mean['nvitop'] * 10:.1f} ms")
+    if resizes:
+        print(f"gputop resize to a laid-out screen (80x24, 200x60, 120x40, 160x50; "
+              f"{len(resizes)} resizes, tmux polled every 5 ms): median "
+              f"{statistics.median(resizes) * 1000:.0f} ms, worst {max(resizes) * 1000:.0f} ms "
+              f"(goal < 500 ms)")
     return 0
 
 

@@ -10,6 +10,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
+from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import AgentProbe, Sampler
 from gputop.model import Snapshot
@@ -37,15 +38,18 @@ def open_sampler(
     agents: bool = True,
     clock=None,
     wait_for_workers: float = 1.5,
+    host: HostCollector | None = None,
 ) -> Iterator[Sampler]:
     """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too.
 
     The first sample waits up to ``wait_for_workers`` seconds for the stand-ins to fork their
     workers (a fraction of a second; the torch demo takes longer to import torch, and a running
-    monitor shows its workers as they appear, so it should not wait for that)."""
+    monitor shows its workers as they appear, so it should not wait for that); the driver is
+    opened meanwhile. ``host``: a HostCollector made earlier (its CPU counters were primed
+    then)."""
     probe = _agent_probe() if agents else None
     if demo is None:
-        sampler = Sampler(NvmlCollector(gpus), agent_probe=probe)
+        sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe)
         sampler.open()
         try:
             yield sampler
@@ -60,16 +64,17 @@ def open_sampler(
 
     scenario = SCENARIOS[demo]
     attached = attached_pids(len(scenario.gpus))  # GPUTOP_DEMO_PIDS: the user's processes
-    sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock))
+    sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock,
+                                                pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
         with StandIns(scenario) as standins:
             for index, pids in {**standins.start(skip=attached), **attached}.items():
                 sim.set_processes(index, pids)
-            if wait_for_workers > 0:
-                wait_ready(standins, timeout=wait_for_workers)
-            sampler = Sampler(NvmlCollector(gpus), agent_probe=probe, simulated=demo)
-            sampler.open()
+            sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo)
+            sampler.open()  # while the stand-ins start
             try:
+                if wait_for_workers > 0:
+                    wait_ready(standins, timeout=wait_for_workers)
                 yield sampler
             finally:
                 sampler.close()

@@ -48,9 +48,11 @@ class Shot:
 
 
 SHOTS = (
-    Shot("tour-160x50", "tour", (160, 50)),
-    Shot("input-starved-120x40", "input-starved", (120, 40)),
+    Shot("tour-200x60", "tour", (200, 60)),
+    Shot("tour-120x40", "tour", (120, 40)),
     Shot("tour-80x24", "tour", (80, 24)),
+    Shot("tour-findings-80x24", "tour", (80, 24), ("f",)),
+    Shot("input-starved-120x40", "input-starved", (120, 40)),
     Shot("input-starved-process-view-120x40", "input-starved", (120, 40), ("enter",)),
     Shot("input-starved-diagnosis-120x40", "input-starved", (120, 40), diagnosis=True),
     Shot("tour-stacks-120x40", "tour", (120, 40), stacks=True),
@@ -132,7 +134,7 @@ async def screenshot(snaps: list[Snapshot], shot: Shot, capture: Capture | None,
         for key in shot.keys:
             await pilot.press(key)
         for _ in range(300):
-            if not shot.keys or app.frame.process is not None:
+            if not shot.keys or app.frame.process is not None or app.screen is not app.screen_stack[0]:
                 break
             await pilot.pause(0.01)
         if shot.diagnosis and capture is not None:

@@ -218,3 +218,44 @@ def test_gpu_sample_fields_match_the_public_schema():
                 "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "clock_events", "sm_active",
                 "tensor_active", "processes"):
         assert key in names
+
+
+def test_pcie_is_read_once_per_tick_on_helper_threads_all_gpus_at_once(sim_clock):
+    """The driver takes 20 ms per PCIe counter: a tick reads every GPU's TX and RX once, on
+    helper threads that run together (a read waits here until another one is in flight)."""
+    import threading
+    import time
+
+    from tests.conftest import SLOW
+
+    class Overlapping(simnvml.SimulatedNvml):
+        lock = threading.Lock()
+        in_flight = most = 0
+        threads: set[str] = set()
+
+        def nvmlDeviceGetPcieThroughput(self, handle, counter, out):
+            with self.lock:
+                self.in_flight += 1
+                self.most = max(self.most, self.in_flight)
+                self.threads.add(threading.current_thread().name)
+            deadline = time.monotonic() + SLOW
+            while self.most < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)  # sequential reads would never see a second one
+            try:
+                return super().nvmlDeviceGetPcieThroughput(handle, counter, out)
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+
+    sim = simnvml.install(Overlapping(SCENARIOS["tour"], clock=sim_clock))
+    try:
+        collector, _ = open_collector()
+        rows = collector.sample()
+        assert sim.most >= 2
+        assert sim.threads and all(t.startswith("gputop-pcie") for t in sim.threads)
+        live = [g for g, _, _ in rows if not g.lost]
+        assert sim.calls["nvmlDeviceGetPcieThroughput"] == 2 * len(live)  # TX and RX, once
+        assert all(g.pcie_rx_mbs is not None and g.pcie_tx_mbs is not None for g in live)
+        collector.close()
+    finally:
+        simnvml.uninstall()

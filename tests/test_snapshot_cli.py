@@ -37,8 +37,24 @@ def test_healthy_json_has_every_key():
     assert set(SCHEMA_PROC) <= set(proc)
 
 
+def test_without_measure_cpu_shares_come_from_counters_already_there():
+    """No wait for a second reading: every process and worker has a CPU share (its average
+    since it started), and the host's is measured over the command's own run."""
+    data = snapshot_json("--demo", "healthy")
+    assert data["host"]["cpu_percent"] is not None
+    procs = [p for g in data["gpus"] for p in g["processes"] if p["visible"]]
+    assert procs
+    for proc in procs:
+        assert proc["cpu_percent"] is not None and proc["cpu_percent"] >= 0
+        assert proc["workers"] and all(w["cpu_percent"] is not None for w in proc["workers"])
+
+
 def test_input_starved_lists_a_live_pid_with_measured_workers():
-    data = snapshot_json("--demo", "input-starved")
+    # --measure 1: rates over one second, as `top` shows them (the stand-ins start with the
+    # command, so their averages since they started would mostly be their start-up).
+    result = run_cli("--demo", "input-starved", "snapshot", "--json", "--measure", "1")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
     proc = data["gpus"][0]["processes"][0]
     assert proc["workers"], proc
     for worker in proc["workers"]:

@@ -108,7 +108,9 @@ def test_the_findings_panel_shows_where():
                 where="decode_sample (train.py:30), 98 % of main-process samples\x1b[2J")
     text = findings_text([f]).plain
     lines = text.splitlines()
-    assert lines[2] == "where: decode_sample (train.py:30), 98 % of main-process samples\\x1b[2J"
+    # The selected finding in full: its title, then where.
+    assert lines[lines.index("GPU 0 starved") + 1] == (
+        "where: decode_sample (train.py:30), 98 % of main-process samples\\x1b[2J")
     assert "where" not in findings_text([Finding(**{**f.__dict__, "where": None})]).plain
 
 

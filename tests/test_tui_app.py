@@ -355,8 +355,8 @@ async def test_findings_panel_renders_and_marks_the_gpu():
         await pilot.pause()
         text = screen_text(app)
         assert "dataloader-stall" in text and "fix: raise num_workers" in text
-        assert app.cards[0].has_class("-finding-warning")
-        assert not app.cards[1].has_class("-finding-warning")
+        assert app.gpu_panel.mark_of(0) == "warning" and "┏━  0 · " in screen_text(app)
+        assert app.gpu_panel.mark_of(1) is None
         app.show_findings([])
         await pilot.pause()
         assert "no findings" in screen_text(app)

@@ -75,7 +75,7 @@ async def test_demo_stall_shows_in_the_panel_and_p_shows_the_diagnosis(agents_he
         await pilot.pause()
         text = screen_text(app)
         assert "dataloader-stall" in text and "fix:" in text
-        assert app.cards[0].has_class(f"-finding-{stall.severity}")
+        assert app.gpu_panel.mark_of(0) == stall.severity
         command = app.table.get_cell(str(stall.pid), "command").plain.strip()
         assert command.startswith(SEVERITY_MARK[stall.severity] + " ")
         # The training process is on GPU 0: the first row, where the cursor starts.
@@ -104,10 +104,19 @@ async def test_demo_stall_shows_in_the_panel_and_p_shows_the_diagnosis(agents_he
 async def test_auto_capture_attaches_verdict_and_trace_to_the_finding(agents_here):
     app = GputopApp(demo="input-starved", interval=0.5, auto_capture=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: "capture: dataloader-stall, trace " in app.findings.text.plain,
-                    timeout=2 * SLOW)
+        def noted():
+            stall = stall_of(app)
+            return stall is not None and (stall.id, stall.gpu, stall.pid) in app.capture_notes
+
+        await until(pilot, noted, timeout=2 * SLOW)
         stall = stall_of(app)
         note = app.capture_notes[(stall.id, stall.gpu, stall.pid)]
+        assert note.startswith("capture: dataloader-stall, trace ")
+        # The list marks the captured finding; selected, it shows the note in full.
+        assert "capture: dataloader-stall" in app.findings.text.plain.splitlines()[
+            app.findings.findings.index(stall)]
+        app.findings.select(app.findings.findings.index(stall))
+        await until(pilot, lambda: note in app.findings.text.plain)
         trace = Path(note.split(", trace ", 1)[1])
         assert trace.exists() and trace.parent == agents_here
         assert stall.pid in app.auto_capture.last_capture

@@ -60,14 +60,17 @@ def test_process_rows_carry_the_worst_severity_glyph_before_the_command():
     assert workers and all(marked[pid] == plain[pid] for pid in workers)
 
 
-def test_findings_text_shows_a_note_under_its_finding_only():
+def test_findings_text_lists_all_and_shows_the_selected_one_in_full_with_its_note():
     a, b = finding(), finding("pcie-bound", pid=4200, gpu=1)
     note = "capture: dataloader-stall, trace /tmp/x.pt.trace.json.gz"
-    text = findings_text([a, b], {("dataloader-stall", 0, 4100): note}).plain
-    assert note in text
-    assert text.index(note) < text.index("pcie-bound")  # with the first finding,
-    assert text.index("dataloader-stall on GPU 0") < text.index(note) < text.index("fix:")
-    assert text.count("capture:") == 1
+    notes = {("dataloader-stall", 0, 4100): note}
+    first = findings_text([a, b], notes, selected=0).plain
+    # The list names both, one line each; the detail is the selected one's, note included.
+    assert first.index("dataloader-stall") < first.index("pcie-bound") < first.index(note)
+    assert "evidence: util 3% while workers burn 99%" in first and "fix: raise num_workers" in first
+    second = findings_text([a, b], notes, selected=1).plain
+    assert note not in second  # a note belongs to its finding
+    assert "pcie-bound on GPU 1" in second.split("─")[-1]
     assert findings_text([]).plain == "no findings"
 
 
@@ -113,33 +116,36 @@ def test_auto_capture_needs_a_stall_a_pid_and_an_agent():
 async def test_replayed_snapshots_raise_the_stall_in_the_panel_card_and_row():
     app = GputopApp(snapshots=STARVED, diagnose=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.findings.findings and app.cards)
+        await until(pilot, lambda: app.findings.findings and app.gpu_panel.lines)
         await pilot.pause()
         stall = app.findings.findings[0]
         assert (stall.id, stall.gpu, stall.pid) == ("dataloader-stall", 0, 4100)
         text = screen_text(app)
         assert "findings (1)" in text and "dataloader-stall" in text and "fix:" in text
-        assert app.cards[0].has_class(f"-finding-{stall.severity}")
+        assert app.gpu_panel.mark_of(0) == stall.severity
         mark = SEVERITY_MARK[stall.severity]  # critical here: the GPU idles over a quarter
         assert app.table.get_cell("4100", "command").plain.strip().startswith(f"{mark} python")
         # The mark goes with the finding, at once (not at the pace of the numbers).
         app.show_findings([])
         await pilot.pause()
-        assert not app.cards[0].has_class(f"-finding-{stall.severity}")
+        assert app.gpu_panel.mark_of(0) is None
         assert app.table.get_cell("4100", "command").plain.strip().startswith("python")
 
 
 @run_async
-async def test_findings_panel_wraps_long_evidence_to_its_width():
-    long = replace(finding(), evidence="word " * 40)
+async def test_findings_panel_wraps_long_evidence_at_word_boundaries():
+    long = replace(finding(), evidence="word " * 60)
     app = GputopApp(snapshots=STARVED)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.frames_rendered > 0)
         app.show_findings([long])
         await pilot.pause()
+        app.findings.select(0)  # its detail in view
+        await until(pilot, lambda: "fix:" in screen_text(app))
         lines = [line for line in screen_text(app).splitlines() if "word word" in line]
-        assert len(lines) >= 5  # 200 characters over a ~30 column panel, none cut off
-        assert sum(line.count("word") for line in lines) == 40
+        assert len(lines) >= 2  # 300 characters over a panel under the table, 118 wide
+        words = [w for w in " ".join(lines).replace("evidence:", " ").split() if w.isalpha()]
+        assert words == ["word"] * 60  # every word whole: no word cut across lines
 
 
 @run_async
@@ -171,15 +177,14 @@ async def test_diagnosis_screen_shows_the_report_trace_and_how_to_open_it():
 
 @run_async
 async def test_findings_panel_scrolls_when_they_do_not_fit():
-    ids = ["dataloader-stall", "host-sync", "pcie-bound", "throttling", "memory-growth",
-           "contention"]
-    many = [finding(id_, pid=4100 + i, gpu=i) for i, id_ in enumerate(ids)]
+    many = [finding("contention" if i == 29 else "host-sync", pid=5000 + i, gpu=i % 8)
+            for i in range(30)]
     app = GputopApp(snapshots=STARVED)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.frames_rendered > 0)
         app.show_findings(many)
         await pilot.pause()
         assert "contention" not in screen_text(app)  # below the fold
-        app.findings.scroll_end(animate=False, immediate=True)
+        app.findings.select(29)  # the last one: the view follows the selection
         await until(pilot, lambda: "contention" in screen_text(app))
-        assert "findings (6)" in screen_text(app)
+        assert "findings (30)" in screen_text(app)

@@ -168,6 +168,8 @@ def test_80x24_keeps_the_essentials_and_a_resize_uses_the_space(terminal):
     term = terminal(80, 24)
     proc = start(term)
     wait_for_monitor(term)
+    # The footer fills in as the app settles, maybe just after the first frame.
+    wait_for(lambda: "q Quit" in term.capture().splitlines()[-1], timeout=SLOW)
     small = term.capture().splitlines()
     assert len(small) == 24 and max(len(line) for line in small) <= 80
     assert any("q Quit" in line for line in small)  # the footer is not clipped

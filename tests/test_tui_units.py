@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from rich.cells import cell_len
 
 from gputop.model import GpuSample, ProcSample, WorkerSample
+from gputop.tui.cards import card_lines, compact_pieces, compact_spark_width
 from gputop.tui.layout import plan_layout
 from gputop.tui.rows import build_rows
 from gputop.tui.widgets.chart import braille_lines, resample, sparkline
 from gputop.tui.widgets.gauges import bar, pcie_link_max_mbs
-from gputop.tui.widgets.gpu_row import compact_line
 from gputop.tui.widgets.header import header_text
 from gputop.tui.widgets.host_panel import host_lines, per_core_text
 from tests.tui_data import scenario_snapshots
@@ -160,15 +162,38 @@ def test_header_fits_every_width(width):
     assert text.plain.rstrip().endswith("10:00:29")
 
 
+def plain(line) -> str:
+    return "".join(text for text, _ in line)
+
+
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
 def test_compact_line_fits_and_keeps_name_and_util(width):
     snap = SNAPS[-1]
+    spark = compact_spark_width(width)
     for gpu in snap.gpus:
-        line = compact_line(gpu, {}, snap.time - 60, snap.time, width)
-        assert line.cell_len <= width
-        assert (gpu.name or "")[:22] in line.plain
+        line = plain(compact_pieces(gpu, {"util_gpu": "▁" * spark}, width, spark))
+        assert cell_len(line) == width
+        assert (gpu.name or "")[:22] in line
     throttled = next(g for g in snap.gpus if g.clock_events)
-    assert "⚠" in compact_line(throttled, {}, 0, 1, 80).plain
+    assert "⚠" in plain(compact_pieces(throttled, {}, 80, compact_spark_width(80)))
+
+
+@pytest.mark.parametrize("width", [36, 40, 48, 50, 66, 100])
+def test_card_lines_fit_their_card_at_every_width(width):
+    """No line is cut by the card's edge: parts that do not fit are left out whole (the
+    footer once read `SM act 84%  ten`)."""
+    words = re.compile(r"(tensor \d+%|SM act \d+%|tx \S+|P\d|SM \S+/\S+( MHz)?)")
+    for gpu in SNAPS[-1].gpus:
+        lines = card_lines(gpu, {}, width, 16)
+        assert len(lines) == 16
+        for line in lines:
+            text = plain(line)
+            assert cell_len(text) == width, text
+            assert text[-1] in "╮│╯┓┃┛", text  # the right border is there
+        footer = plain(lines[-2])[2:-1].strip()
+        for part in footer.split("  "):
+            if part and not part.startswith(("⚠", "LOST")):
+                assert words.fullmatch(part), f"cut part {part!r} in {footer!r}"
 
 
 def test_host_lines_fit_and_fold_many_cores():
@@ -196,14 +221,30 @@ def test_aligned_bins_scroll_whole_bins():
     assert [row[:-1] for row in a] == [row[:-1] for row in b] and a != b
 
 
-def test_card_repaints_only_the_changed_cells():
-    from rich.text import Text
+def test_panel_repaints_only_the_changed_cells():
+    from gputop.tui.widgets.gpu_panel import changed_span
 
-    from gputop.tui.widgets.gpu_card import GAUGE_WIDTH, changed_region
+    old = (("│", "border"), ("util 50%       ", None), (" ", None), ("⣀⣀⣀⣀", "util_gpu"))
+    chart_only = (("│", "border"), ("util 50%       ", None), (" ", None), ("⣀⣀⣤⣀", "util_gpu"))
+    assert changed_span(old, chart_only) == (19, 20)
+    gauge_only = (("│", "border"), ("util 51%       ", None), (" ", None), ("⣀⣀⣀⣀", "util_gpu"))
+    assert changed_span(old, gauge_only) == (7, 8)
+    restyled = (("│", "warning"), *old[1:])
+    assert changed_span(old, restyled) is None  # a new style: the whole line
 
-    old = (Text("util 50%"), "⣀⣀⣀⣀", "util_gpu")
-    chart_only = (Text("util 50%"), "⣀⣀⣤⣀", "util_gpu")
-    region = changed_region(3, chart_only, old, 40)
-    assert (region.x, region.y, region.width) == (GAUGE_WIDTH + 1 + 2, 3, 1)
-    gauge_only = (Text("util 51%"), "⣀⣀⣀⣀", "util_gpu")
-    assert changed_region(0, gauge_only, old, 40).width == GAUGE_WIDTH + 1
+
+def test_charts_of_one_gpu_binned_together_match_one_by_one():
+    from gputop.tui.widgets.chart import chart_rows, chart_rows_many
+
+    rng = np.random.default_rng(7)
+    t = np.arange(0.0, 90.0, 1.0) + rng.uniform(0, 0.05, 90)
+    values = [rng.uniform(0, 100, 90).astype(np.float32) for _ in range(4)]
+    values[2][40:55] = np.nan  # a lost stretch
+    values[3][60:] = np.nan  # lost for good
+    for width, (start, end) in ((21, (30.0, 90.0)), (40, (0.0, 90.0)), (80, (60.0, 90.0))):
+        vmaxes = [100.0, 100.0, 0.0, 100.0]  # one without a range: "n/a"
+        heights = [2, 3, 2, 2]
+        many = chart_rows_many(t, values, start, end, vmaxes, width=width, heights=heights)
+        one = [chart_rows(t, v, start, end, m, width=width, height=h)
+               for v, m, h in zip(values, vmaxes, heights)]
+        assert many == one

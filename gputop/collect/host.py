@@ -2,7 +2,9 @@
 
 CPU percentages are rates between two calls, so psutil.Process objects are kept across ticks
 (keyed by pid and create time, so a reused pid is not mistaken for the old process). A process
-seen for the first time has ``cpu_percent=None`` until the next tick measures it.
+seen for the first time has ``cpu_percent=None`` until the next tick measures it, or, with
+``lifetime_first=True`` (one-shot commands that do not wait a second tick), the share of a core
+it has used since it started, from the counters already in /proc (what `ps` shows).
 """
 
 from __future__ import annotations
@@ -16,14 +18,59 @@ import psutil
 
 from gputop.model import HostSample, ProcSample, WorkerSample
 
-_ATTRS = ["name", "ppid", "username", "status", "num_threads", "memory_info", "create_time", "cmdline"]
+# Per tick a process costs one read of /proc/PID/stat (state, parent, CPU time, threads,
+# resident memory: what psutil gathers from three files and a passwd lookup); its user and
+# command line are read through psutil when it is first seen and every STATIC_REFRESH_S after
+# (a command line can change: setproctitle).
+STATIC_REFRESH_S = 10.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped",
+           "t": "tracing-stop", "Z": "zombie", "X": "dead", "x": "dead", "K": "wake-kill",
+           "W": "waking", "I": "idle", "P": "parked"}
+
+
+@dataclass(frozen=True)
+class _Stat:
+    name: str
+    state: str
+    ppid: int
+    cpu_s: float  # user + system seconds
+    threads: int
+    start_ticks: int  # clock ticks after boot: with the pid, names the process
+    rss: int
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    """One read of /proc/PID/stat; None when the process is gone or not visible."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    try:
+        head, _, rest = data.rpartition(b")")
+        name = head.partition(b"(")[2].decode(errors="replace")
+        f = rest.split()
+        # Fields after the name, from 0: state, ppid, ..., utime 11, stime 12, threads 17,
+        # starttime 19, rss 21 (man 5 proc, counting from field 3).
+        return _Stat(name, _STATES.get(f[0].decode(), f[0].decode()), int(f[1]),
+                     (int(f[11]) + int(f[12])) / _CLK_TCK, int(f[17]), int(f[19]),
+                     int(f[21]) * _PAGE)
+    except (IndexError, ValueError):
+        return None
 
 
 @dataclass
 class _Tracked:
-    proc: psutil.Process
-    create_time: float
-    measured: bool = False  # cpu_percent has a previous call to measure against
+    start_ticks: int
+    create_time: float | None = None
+    last: tuple[float, float] | None = None  # (monotonic time, CPU seconds) of the last tick
+    static: dict | None = None  # username and cmdline
+    static_at: float = 0.0
 
 
 def _ppid_map() -> dict[int, int]:
@@ -41,8 +88,9 @@ class HostCollector:
     # boundaries, not every second, so the scan is reused for this long.
     CHILDREN_REFRESH_S = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, lifetime_first: bool = False) -> None:
         self.hostname = socket.gethostname()
+        self.lifetime_first = lifetime_first
         self._tracked: dict[int, _Tracked] = {}
         self._seen: set[int] = set()
         self._children: dict[int, list[int]] = {}
@@ -119,64 +167,76 @@ class HostCollector:
 
     # -- processes ----------------------------------------------------------------------------
 
-    def _track(self, pid: int) -> _Tracked | None:
+    def _track(self, pid: int) -> tuple[_Tracked, _Stat] | None:
         self._seen.add(pid)
-        tracked = self._tracked.get(pid)
-        try:
-            if tracked is not None and tracked.proc.create_time() == tracked.create_time:
-                return tracked
-            proc = psutil.Process(pid)
-            tracked = _Tracked(proc, proc.create_time())
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ValueError):
+        stat = _read_stat(pid)
+        if stat is None or stat.state == "zombie":
             self._tracked.pop(pid, None)
             return None
-        self._tracked[pid] = tracked
-        return tracked
+        tracked = self._tracked.get(pid)
+        if tracked is None or tracked.start_ticks != stat.start_ticks:  # new, or pid reused
+            tracked = self._tracked[pid] = _Tracked(stat.start_ticks)
+        return tracked, stat
 
-    def _cpu(self, tracked: _Tracked) -> float | None:
-        value = tracked.proc.cpu_percent()
-        if not tracked.measured:
-            tracked.measured = True
-            return None
-        return round(value, 1)
+    def _cpu(self, tracked: _Tracked, stat: _Stat) -> float | None:
+        """% of one core since the last tick (as psutil's cpu_percent); on first sight None,
+        or with ``lifetime_first`` the share since the process started."""
+        now = time.monotonic()
+        last, tracked.last = tracked.last, (now, stat.cpu_s)
+        if last is None:
+            if not self.lifetime_first:
+                return None
+            age = time.time() - self._create_time(tracked)
+            return round(100.0 * stat.cpu_s / age, 1) if age > 0 else None
+        elapsed = now - last[0]
+        return round(100.0 * max(0.0, stat.cpu_s - last[1]) / elapsed, 1) if elapsed > 0 else 0.0
+
+    def _create_time(self, tracked: _Tracked) -> float:
+        if tracked.create_time is None:
+            tracked.create_time = psutil.boot_time() + tracked.start_ticks / _CLK_TCK
+        return tracked.create_time
+
+    def _static(self, pid: int, tracked: _Tracked) -> dict:
+        now = time.monotonic()
+        if tracked.static is None or now - tracked.static_at > STATIC_REFRESH_S:
+            try:
+                tracked.static = psutil.Process(pid).as_dict(attrs=["username", "cmdline"],
+                                                             ad_value=None)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                tracked.static = {"username": None, "cmdline": None}
+            tracked.static_at = now
+        return tracked.static
 
     def sample_process(self, pid: int, gpu_mem: int | None = None, sm_util: float | None = None) -> ProcSample:
         """One GPU process and its direct children (DataLoader workers). Never raises."""
-        tracked = self._track(pid)
-        if tracked is None:
+        found = self._track(pid)
+        if found is None:
             return ProcSample(pid=pid, name="(not visible: other pid namespace?)", gpu_mem=gpu_mem,
                               sm_util=sm_util, visible=False)
-        proc = tracked.proc
-        try:
-            with proc.oneshot():
-                info = proc.as_dict(attrs=_ATTRS, ad_value=None)
-                cpu = self._cpu(tracked)
-            children = self._children_of(pid)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            self._tracked.pop(pid, None)
-            return ProcSample(pid=pid, name="(exited)", gpu_mem=gpu_mem, sm_util=sm_util, visible=False)
-        except psutil.AccessDenied:
-            info, cpu, children = {"name": None}, None, []
+        tracked, stat = found
+        static = self._static(pid, tracked)
+        name = stat.name
+        argv0 = os.path.basename((static.get("cmdline") or [""])[0])
+        if len(name) >= 15 and argv0.startswith(name):
+            name = argv0  # the kernel keeps 15 characters of a name (as psutil's name())
         workers = []
-        for child in children:
+        for child in self._children_of(pid):
             worker = self._sample_worker(child)
             if worker is not None:
                 workers.append(worker)
-        mem = info.get("memory_info")
-        cmdline = info.get("cmdline") or []
         return ProcSample(
             pid=pid,
-            name=info.get("name") or "?",
+            name=name or "?",
             gpu_mem=gpu_mem,
             sm_util=sm_util,
-            cpu_percent=cpu,
-            rss=mem.rss if mem is not None else None,
-            user=info.get("username"),
-            state=info.get("status"),
-            threads=info.get("num_threads"),
-            create_time=info.get("create_time"),
-            cmdline=" ".join(cmdline),
-            ppid=info.get("ppid"),
+            cpu_percent=self._cpu(tracked, stat),
+            rss=stat.rss,
+            user=static.get("username"),
+            state=stat.state,
+            threads=stat.threads,
+            create_time=self._create_time(tracked),
+            cmdline=" ".join(static.get("cmdline") or []),
+            ppid=stat.ppid,
             workers=tuple(workers),
         )
 
@@ -191,19 +251,12 @@ class HostCollector:
         return sorted(self._children.get(pid, []))
 
     def _sample_worker(self, pid: int) -> WorkerSample | None:
-        tracked = self._track(pid)
-        if tracked is None:
+        found = self._track(pid)
+        if found is None:
             return None
-        try:
-            with tracked.proc.oneshot():
-                cpu = self._cpu(tracked)
-                name = tracked.proc.name()
-                rss = tracked.proc.memory_info().rss
-                state = tracked.proc.status()
-                threads = tracked.proc.num_threads()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            return None
-        return WorkerSample(pid=pid, name=name, cpu_percent=cpu, rss=rss, state=state, threads=threads)
+        tracked, stat = found
+        return WorkerSample(pid=pid, name=stat.name, cpu_percent=self._cpu(tracked, stat),
+                            rss=stat.rss, state=stat.state, threads=stat.threads)
 
     def end_tick(self) -> None:
         """Drop processes not looked at this tick, so the cache stays as small as the jobs."""

@@ -5,12 +5,18 @@ change (NOT_SUPPORTED, NO_PERMISSION, a missing symbol) is remembered per GPU so
 retried every tick. Versioned calls fall back to their older forms when the library lacks them.
 A GPU that falls off the bus is reported ``lost`` while the others carry on. Without a driver,
 ``open()`` returns a ``DriverInfo`` that says so; nothing raises.
+
+PCIe throughput is the one slow read: the driver counts bytes for 20 ms per call (TX and RX
+are two calls), so 8 GPUs read one after the other would block a tick for 320 ms. Each GPU's
+two reads run on a helper thread, all GPUs at once, started before the rest of the tick
+(``start_pcie``) so they overlap it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +64,12 @@ def _cuda_version_text(version: int) -> str:
     return f"{version // 1000}.{(version % 1000) // 10}"
 
 
+# Fields that change over seconds, not within one (limits, link state, fan, P-state, memory
+# clock) are read every SLOW_EVERY samples and carried over in between, as nvitop does too:
+# a tick of 8 GPUs makes 48 driver calls fewer.
+SLOW_EVERY = 5
+
+
 class _Lost(Exception):
     """The GPU answered NVML_ERROR_GPU_IS_LOST."""
 
@@ -75,6 +87,8 @@ class _Device:
     gpm_checked: bool = False
     proc_util_seen: int = 0
     lost: bool = False
+    ticks: int = 0  # samples taken: the slow fields are read every SLOW_EVERY of them
+    slow: dict[str, Any] = field(default_factory=dict)
 
 
 def describe_init_error(exc: BaseException) -> str:
@@ -113,6 +127,8 @@ class NvmlCollector:
         self.devices: list[_Device] = []
         self.driver = DriverInfo(available=False, error="NVML not initialised")
         self._open = False
+        self._pcie_pool: ThreadPoolExecutor | None = None
+        self._pcie: dict[int, Future] | None = None  # GPU index -> its (tx, rx) being read
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -142,6 +158,8 @@ class NvmlCollector:
             dev = _Device(index, handle)
             self._read_static(dev)
             self.devices.append(dev)
+        for dev in self.devices:
+            self._prime_gpm(dev)  # GPM metrics are rates: the first tick has a sample to compare
         self.driver = DriverInfo(
             available=True,
             driver_version=driver_version,
@@ -153,6 +171,9 @@ class NvmlCollector:
     def close(self) -> None:
         if not self._open:
             return
+        if self._pcie_pool is not None:
+            self._pcie_pool.shutdown(wait=True)  # no read may outlive nvmlShutdown
+            self._pcie_pool, self._pcie = None, None
         for dev in self.devices:
             if dev.gpm_prev is not None:
                 self._quiet(pynvml.nvmlGpmSampleFree, dev.gpm_prev)
@@ -261,6 +282,42 @@ class NvmlCollector:
             util[s.pid] = max(util.get(s.pid, 0.0), float(s.smUtil))
         return util
 
+    def _prime_gpm(self, dev: _Device) -> None:
+        if dev.lost or dev.handle is None:
+            return
+        try:
+            self._gpm(dev)
+        except _Lost:
+            dev.lost = True
+
+    # -- PCIe, read on helper threads ---------------------------------------------------------
+
+    def _read_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
+        tx = self._get(dev, "pcie_tx", pynvml.nvmlDeviceGetPcieThroughput,
+                       pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = self._get(dev, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput,
+                       pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        return tx, rx
+
+    def start_pcie(self) -> None:
+        """Start this tick's PCIe reads of every GPU (they take the driver 20 ms each)."""
+        if self._pcie is not None or not self._open:
+            return
+        wanted = [d for d in self.devices
+                  if not d.lost and not {"pcie_tx", "pcie_rx"} <= d.unsupported]
+        if not wanted:
+            return
+        if self._pcie_pool is None:
+            self._pcie_pool = ThreadPoolExecutor(max_workers=min(16, len(self.devices)),
+                                                 thread_name_prefix="gputop-pcie")
+        self._pcie = {d.index: self._pcie_pool.submit(self._read_pcie, d) for d in wanted}
+
+    def _take_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
+        future = self._pcie.pop(dev.index, None) if self._pcie is not None else None
+        if future is None:
+            return None, None
+        return future.result()  # raises _Lost for a GPU that fell off the bus
+
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
         empty = dict.fromkeys(GPM_METRICS)
         if "gpm" in dev.unsupported:
@@ -305,6 +362,7 @@ class NvmlCollector:
 
     def sample(self) -> list[tuple[GpuSample, list[tuple[int, int | None]], dict[int, float]]]:
         """Per GPU: the sample (without processes), its compute pids with memory, and SM %."""
+        self.start_pcie()
         out = []
         for dev in self.devices:
             if dev.lost:
@@ -316,7 +374,27 @@ class NvmlCollector:
                 dev.lost = True
                 log.info("GPU %d fell off the bus", dev.index)
                 out.append((self._lost_sample(dev), [], {}))
+        pending, self._pcie = self._pcie, None
+        for future in (pending or {}).values():  # a GPU lost meanwhile: let its read finish
+            future.cancel()
         return out
+
+    def _slow_fields(self, dev: _Device) -> dict[str, Any]:
+        if dev.ticks % SLOW_EVERY == 0 or not dev.slow:
+            dev.slow = {
+                "power_limit": self._get(dev, "power_limit",
+                                         pynvml.nvmlDeviceGetEnforcedPowerLimit),
+                "pcie_gen": self._get(dev, "pcie_gen",
+                                      pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                "pcie_width": self._get(dev, "pcie_width",
+                                        pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+                "fan": self._get(dev, "fan", pynvml.nvmlDeviceGetFanSpeed),
+                "mem_clock": self._get(dev, "mem_clock", pynvml.nvmlDeviceGetClockInfo,
+                                       pynvml.NVML_CLOCK_MEM),
+                "pstate": self._get(dev, "pstate", pynvml.nvmlDeviceGetPerformanceState),
+            }
+        dev.ticks += 1
+        return dev.slow
 
     def _lost_sample(self, dev: _Device) -> GpuSample:
         return GpuSample(index=dev.index, uuid=dev.uuid, name=dev.name, bus_id=dev.bus_id, lost=True)
@@ -325,18 +403,17 @@ class NvmlCollector:
         util = self._get(dev, "utilization", pynvml.nvmlDeviceGetUtilizationRates)
         used, total, reserved = self._memory(dev)
         power_mw = self._get(dev, "power", pynvml.nvmlDeviceGetPowerUsage)
-        limit_mw = self._get(dev, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
+        slow = self._slow_fields(dev)
+        limit_mw = slow["power_limit"]
         energy_mj = self._get(dev, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption)
-        tx = self._get(dev, "pcie_tx", pynvml.nvmlDeviceGetPcieThroughput, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = self._get(dev, "pcie_rx", pynvml.nvmlDeviceGetPcieThroughput, pynvml.NVML_PCIE_UTIL_RX_BYTES)
-        gen = self._get(dev, "pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration)
-        width = self._get(dev, "pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth)
+        tx, rx = self._take_pcie(dev)
+        gen, width = slow["pcie_gen"], slow["pcie_width"]
         temp = self._get(dev, "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
-        fan = self._get(dev, "fan", pynvml.nvmlDeviceGetFanSpeed)
+        fan = slow["fan"]
         sm_clock = self._get(dev, "sm_clock", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM)
-        mem_clock = self._get(dev, "mem_clock", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM)
+        mem_clock = slow["mem_clock"]
         events = self._clock_events(dev)
-        pstate = self._get(dev, "pstate", pynvml.nvmlDeviceGetPerformanceState)
+        pstate = slow["pstate"]
         ecc = self._get(
             dev,
             "ecc",

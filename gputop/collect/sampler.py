@@ -45,8 +45,10 @@ class Sampler:
 
     def sample(self) -> Snapshot:
         now = self.clock()
-        gpu_rows = self.nvml.sample() if self.driver.available else []
+        if self.driver.available:
+            self.nvml.start_pcie()  # the slow reads overlap the host's
         host = self.host.sample_host()
+        gpu_rows = self.nvml.sample() if self.driver.available else []
         gpu_pids = {pid for _, procs, _ in gpu_rows for pid, _ in procs}
         agents = self.agent_probe(gpu_pids) if self.agent_probe else {}
         gpus: list[GpuSample] = []

@@ -14,6 +14,7 @@ This is the only fake in gputop: everything above it is the real code.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 import time
@@ -38,10 +39,14 @@ UNINITIALIZED = pynvml.NVML_ERROR_UNINITIALIZED
 UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
 
 HANDLE_BASE = 0x5100  # fake device handles are HANDLE_BASE + index
+# A real driver answers nvmlDeviceGetPcieThroughput after counting bytes for 20 ms; the demo
+# blocks as long (``pcie_sample_s``), so what a tick costs in time is what it costs on a node.
+PCIE_SAMPLE_S = 0.02
 GPM_BASE = 0x7700_0000  # fake GPM sample handles
 
 
-def _pid_max() -> int:
+@functools.lru_cache(maxsize=1)
+def _pid_max() -> int:  # read once: a driver call does not read /proc
     try:
         with open("/proc/sys/kernel/pid_max") as f:
             return int(f.read())
@@ -77,9 +82,11 @@ class SimulatedNvml:
         scenario: Scenario,
         seed: int = 0,
         clock: Callable[[], float] | None = None,
+        pcie_sample_s: float = 0.0,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
+        self.pcie_sample_s = pcie_sample_s
         start = time.monotonic()
         self.clock = clock or (lambda: time.monotonic() - start)
         self._lock = threading.Lock()
@@ -276,6 +283,8 @@ class SimulatedNvml:
         got = self._field(handle, "pcie_throughput")
         if isinstance(got, int):
             return got
+        if self.pcie_sample_s:
+            time.sleep(self.pcie_sample_s)  # the driver's byte-counting window
         r = got[2]
         if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
             _put(out, c_uint, int(r.pcie_tx_kbs))

@@ -22,18 +22,35 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         parents=[common],
         help="print one sample of GPUs, host and training processes, then exit",
         description="Sample GPUs, the host and the GPU processes with their DataLoader workers "
-        "once (CPU %% is measured over --interval, at most 1 s) and print a table, or JSON "
-        "with --json (schema in the README).",
+        "once and print a table, or JSON with --json (schema in the README). It does not wait "
+        "to measure rates: a process's CPU %% is its average since it started (as ps shows "
+        "it), the host's is measured over the time the command runs; --measure S measures "
+        "both over S seconds instead.",
     )
     p.add_argument("--json", action="store_true", help="print the public JSON schema")
+    p.add_argument("--measure", type=float, default=0.0, metavar="SECONDS",
+                   help="measure CPU %% over this many seconds (default 0: no wait)")
+
+
+# The host's CPU % needs some time between its two readings of the kernel's counters (they
+# advance in 10 ms ticks per core): the command's own start-up usually gives it this much.
+HOST_WINDOW_S = 0.1
 
 
 def take_snapshot(args: argparse.Namespace) -> Snapshot:
+    from gputop.collect.host import HostCollector
     from gputop.session import open_sampler  # here: keeps `gputop --help` light
 
-    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0) as sampler:
-        sampler.sample()  # primes the CPU-rate counters of the processes it finds
-        time.sleep(min(args.interval, 1.0))
+    measure = max(0.0, min(float(getattr(args, "measure", 0.0) or 0.0), 60.0))
+    started = time.monotonic()
+    host = HostCollector(lifetime_first=not measure)  # primes the host's counters now
+    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0,
+                      host=host) as sampler:
+        if measure:
+            sampler.sample()  # the processes' counters start here
+            time.sleep(measure)
+        else:
+            time.sleep(max(0.0, HOST_WINDOW_S - (time.monotonic() - started)))
         return sampler.sample()
 
 

@@ -43,16 +43,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "the live monitor needs a terminal; for text output use `gputop snapshot`"
         )
+    from gputop.tui.early_start import EarlySampler
+
+    # The driver opens (and a demo starts) while the interface is imported and built.
+    early = EarlySampler(args.demo, args.gpus, args.seed).start()
     from gputop.tui.app import GputopApp
 
     app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed,
-                    auto_capture=getattr(args, "auto_capture", False))
+                    auto_capture=getattr(args, "auto_capture", False), early=early)
     code = app.run()
+    early.stop()
     if app.error:
         print(f"gputop: error: the sampler stopped: {app.error}", file=sys.stderr)
         code = 1
     # Everything is cleaned up by now: Textual restored the terminal, and the sampler thread
-    # (joined when the app's event loop closed) stopped the demo processes. Tearing down an
+    # (joined above) stopped the demo processes. Tearing down an
     # interpreter that holds Textual and pandas costs a noticeable fraction of a second after
     # q; leave without it.
     sys.stdout.flush()

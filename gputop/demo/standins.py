@@ -75,20 +75,22 @@ class StandIns:
 
 
 def wait_ready(standins: StandIns, timeout: float = 10.0) -> bool:
-    """Wait until every stand-in has forked its workers (so the first sample shows them)."""
-    import psutil
+    """Wait until every stand-in has forked its workers (so the first sample shows them).
 
-    want = {i: gpu.workers for i, gpu in enumerate(standins.scenario.gpus)}
+    One pass over /proc per poll for all the stand-ins (psutil's ``children()`` makes one per
+    process)."""
+    from gputop.collect.host import _ppid_map
+
+    want = {standins.procs[i].pid: gpu.workers for i, gpu in enumerate(standins.scenario.gpus)
+            if i in standins.procs and gpu.workers}
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready = True
-        for index, proc in standins.procs.items():
-            try:
-                if len(psutil.Process(proc.pid).children()) < want[index]:
-                    ready = False
-            except psutil.Error:
-                ready = False
-        if ready:
+    while want:
+        children: dict[int, int] = {}
+        for parent in _ppid_map().values():
+            children[parent] = children.get(parent, 0) + 1
+        if all(children.get(pid, 0) >= n for pid, n in want.items()):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.02)
-    return False
+    return True

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -118,30 +117,141 @@ def _relaunch(gpus: list[GpuSample], pid: int | None) -> str:
     return ns.app_of(shlex.split(cmdline)) if cmdline else ns.APP
 
 
-@dataclass(frozen=True)
+class _RunningFit:
+    """Least squares over a sliding window of (time, bytes) points, kept as exact integer sums
+    (times in microseconds from the first point) that points join and leave one at a time: the
+    fit costs the same whatever the window holds, and removal never accumulates rounding."""
+
+    __slots__ = ("points", "origin", "n", "st", "sy", "stt", "sty", "syy")
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[float, int, int]] = deque()  # (time, t in us, bytes)
+        self.origin: float | None = None
+        self.n = self.st = self.sy = self.stt = self.sty = self.syy = 0
+
+    def add(self, t: float, y: int) -> None:
+        if self.origin is None:
+            self.origin = t
+        tu = round((t - self.origin) * 1e6)
+        self.points.append((t, tu, y))
+        self.n += 1
+        self.st += tu
+        self.sy += y
+        self.stt += tu * tu
+        self.sty += tu * y
+        self.syy += y * y
+
+    def trim(self, oldest: float) -> None:
+        """Drop the points before ``oldest``."""
+        points = self.points
+        while points and points[0][0] < oldest:
+            _, tu, y = points.popleft()
+            self.n -= 1
+            self.st -= tu
+            self.sy -= y
+            self.stt -= tu * tu
+            self.sty -= tu * y
+            self.syy -= y * y
+        if not points:
+            self.origin = None
+
+    def fit(self) -> tuple[float, float]:
+        """Slope (bytes per second) and R^2, as ``_linear_fit`` gives them."""
+        n = self.n
+        if n < 3:
+            return 0.0, 0.0
+        sxx = n * self.stt - self.st * self.st  # n times the centred sums, exactly
+        sxy = n * self.sty - self.st * self.sy
+        syy = n * self.syy - self.sy * self.sy
+        if sxx == 0:
+            return 0.0, 0.0
+        slope = sxy / sxx * 1e6
+        return slope, (sxy / sxx) * (sxy / syy) if syy > 0 else 0.0
+
+
+class _GpuWindows:
+    """One GPU's recent samples, kept up to date one snapshot at a time: the rules' window, the
+    hang window, the time it last did work, and the memory fit."""
+
+    __slots__ = ("window", "hang", "last_busy", "memory")
+
+    def __init__(self) -> None:
+        self.window: deque[tuple[float, GpuSample]] = deque()  # the last WINDOW_S
+        self.hang: deque[tuple[float, GpuSample]] = deque()  # the last HUNG_S
+        self.last_busy: float | None = None  # the last sample with GPU work (util >= 1 %)
+        self.memory = _RunningFit()  # mem_used over the last MEMORY_WINDOW_S
+
+    def add(self, t: float, g: GpuSample) -> None:
+        self.window.append((t, g))
+        self.hang.append((t, g))
+        if (g.util_gpu or 0) >= 1:
+            self.last_busy = t
+        if g.mem_used is not None:
+            self.memory.add(t, int(g.mem_used))
+
+    def trim(self, now: float) -> None:
+        for samples, span in ((self.window, WINDOW_S), (self.hang, HUNG_S)):
+            oldest = now - span
+            while samples and samples[0][0] < oldest:
+                samples.popleft()
+        self.memory.trim(now - MEMORY_WINDOW_S)
+
+
+class _Windows:
+    """What the rules read, updated per snapshot at a cost that does not grow with the
+    history kept: the snapshots of the last WINDOW_S, per-GPU windows, and how far back the
+    history goes (KEEP_S at most)."""
+
+    def __init__(self) -> None:
+        self.snapshots: deque[Snapshot] = deque()  # the last WINDOW_S
+        self.times: deque[float] = deque()  # every snapshot kept (KEEP_S)
+        self.gpus: dict[int, _GpuWindows] = {}  # in the order the GPUs were first seen
+
+    def add(self, snap: Snapshot) -> None:
+        now = snap.time
+        self.snapshots.append(snap)
+        self.times.append(now)
+        for g in snap.gpus:
+            state = self.gpus.get(g.index)
+            if state is None:
+                state = self.gpus[g.index] = _GpuWindows()
+            state.add(now, g)
+        while self.snapshots and self.snapshots[0].time < now - WINDOW_S:
+            self.snapshots.popleft()
+        while self.times and self.times[0] < now - KEEP_S:
+            self.times.popleft()
+        for state in self.gpus.values():
+            state.trim(now)
+
+    def context(self, own_pid: int | None) -> _Context | None:
+        """The rules' view of the newest snapshot, or None while the window is too short."""
+        if len(self.snapshots) < 3:
+            return None
+        newest = self.snapshots[-1]
+        current = {g.index for g in newest.gpus}
+        return _Context(
+            window=list(self.snapshots),
+            own_pid=own_pid or os.getpid(),
+            now=newest.time,
+            span=newest.time - self.times[0],
+            gpus={i: s for i, s in self.gpus.items() if i in current and s.window},
+        )
+
+
+@dataclass
 class _Context:
     window: list[Snapshot]  # the last WINDOW_S seconds
-    history: list[Snapshot]  # everything kept (up to KEEP_S)
     own_pid: int
-    # Per GPU, in the order of the newest snapshot: (times, samples), split once per
-    # evaluation so the rules do not each walk the whole history.
-    history_by_gpu: dict[int, tuple[list[float], list[GpuSample]]]
-    window_start: float
+    now: float  # the newest snapshot's time
+    span: float  # how far back the history kept goes (up to KEEP_S)
+    gpus: dict[int, _GpuWindows]  # the GPUs of the newest snapshot
+    _per_gpu: list[tuple[int, list[GpuSample]]] | None = None
 
-    def per_gpu(self, since: float | None = None) -> list[tuple[int, list[GpuSample]]]:
-        """(index, samples) of every GPU of the newest snapshot; the window by default."""
-        start = self.window_start if since is None else since
-        out = []
-        for index, (times, gpus) in self.history_by_gpu.items():
-            first = bisect_left(times, start)
-            if first < len(gpus):
-                out.append((index, gpus[first:]))
-        return out
-
-    def timed(self, index: int, since: float) -> tuple[list[float], list[GpuSample]]:
-        times, gpus = self.history_by_gpu.get(index, ([], []))
-        first = bisect_left(times, since)
-        return times[first:], gpus[first:]
+    def per_gpu(self) -> list[tuple[int, list[GpuSample]]]:
+        """(index, samples of the last WINDOW_S) of every GPU of the newest snapshot."""
+        if self._per_gpu is None:
+            self._per_gpu = [(i, [g for _, g in s.window]) for i, s in self.gpus.items()]
+        return self._per_gpu
 
 
 # -- the rules: each returns the findings whose condition holds now ---------------------------
@@ -295,17 +405,35 @@ def rule_gpu_idle(ctx: _Context) -> list[Finding]:
     return out
 
 
+def _steps_in(samples: deque[tuple[float, GpuSample]], pid: int) -> tuple[object, object] | None:
+    """The agent's step counts of ``pid`` at the start and at the end of ``samples`` (the
+    first and the last reported), found from both ends: no walk over a busy minute."""
+    def steps(items):
+        for _, g in items:
+            for p in g.processes:
+                if p.pid == pid:
+                    value = (p.agent or {}).get("steps")
+                    if value is not None:
+                        return value
+        return None
+
+    first = steps(samples)
+    return None if first is None else (first, steps(reversed(samples)))
+
+
 def rule_hung(ctx: _Context) -> list[Finding]:
-    if not ctx.history or ctx.history[-1].time - ctx.history[0].time < HUNG_S:
+    if ctx.span < HUNG_S:
         return []
     out = []
-    for index, gpus in ctx.per_gpu(ctx.history[-1].time - HUNG_S):
-        if not gpus[-1].processes or any((g.util_gpu or 0) >= 1 for g in gpus):
+    for index, state in ctx.gpus.items():
+        last = state.hang[-1][1]
+        # Any GPU work in the last minute: not hung (the time of the last one is kept).
+        if not last.processes or (state.last_busy is not None
+                                  and state.last_busy >= ctx.now - HUNG_S):
             continue
-        pid = gpus[-1].processes[0].pid
-        steps = [(p.agent or {}).get("steps") for p in _proc_series(gpus, pid)]
-        steps = [s for s in steps if s is not None]
-        if steps and steps[-1] != steps[0]:
+        pid = last.processes[0].pid
+        steps = _steps_in(state.hang, pid)
+        if steps is not None and steps[1] != steps[0]:
             continue  # steps still advance: slow, not hung
         progress = "no step progress (agent)" if steps else "no agent to report steps"
         out.append(Finding(
@@ -381,14 +509,13 @@ def rule_memory(ctx: _Context) -> list[Finding]:
                 next_step=_memory_next_step(gpus, index),
                 gpu=index,
             ))
-    cutoff = ctx.history[-1].time - MEMORY_WINDOW_S if ctx.history else 0.0
-    for index, _ in ctx.per_gpu():
-        times, gpus = ctx.timed(index, cutoff)
-        pts = [(t, g.mem_used) for t, g in zip(times, gpus) if g.mem_used is not None]
-        if len(pts) < 8 or pts[-1][0] - pts[0][0] < MEMORY_MIN_S:
+    for index, gpus in ctx.per_gpu():
+        fit = ctx.gpus[index].memory
+        points = fit.points
+        if len(points) < 8 or points[-1][0] - points[0][0] < MEMORY_MIN_S:
             continue
-        ts, ys = [p[0] for p in pts], [float(p[1]) for p in pts]
-        slope, r2 = _linear_fit(ts, ys)
+        ts, ys = (points[0][0], points[-1][0]), (points[0][2], points[-1][2])
+        slope, r2 = fit.fit()
         total = gpus[-1].mem_total or 0
         rise = ys[-1] - ys[0]
         if slope <= 0 or r2 < 0.9 or not total or rise < 0.01 * total:
@@ -675,25 +802,22 @@ def arbitrate(found: Iterable[Finding]) -> list[Finding]:
     return out
 
 
-def evaluate(history: list[Snapshot], own_pid: int | None = None,
-             by_gpu: dict[int, tuple[list[float], list[GpuSample]]] | None = None) -> list[Finding]:
+def evaluate(history: list[Snapshot], own_pid: int | None = None) -> list[Finding]:
     """Every finding whose condition holds at the newest snapshot (no hysteresis)."""
-    if not history:
+    windows = _Windows()
+    for snap in history:
+        windows.add(snap)
+    return _evaluate(windows, own_pid)
+
+
+def _evaluate(windows: _Windows, own_pid: int | None) -> list[Finding]:
+    ctx = windows.context(own_pid)
+    if ctx is None:
         return []
-    now = history[-1].time
-    window = [s for s in history if s.time >= now - WINDOW_S]
-    if len(window) < 3:
-        return []
-    if by_gpu is None:
-        by_gpu = split_by_gpu(history)
-    current = {g.index for g in history[-1].gpus}
-    by_gpu = {i: series for i, series in by_gpu.items() if i in current}
-    ctx = _Context(window=window, history=history, own_pid=own_pid or os.getpid(),
-                   history_by_gpu=by_gpu, window_start=now - WINDOW_S)
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(ctx))
-    jobs = jobs_in(history[-1])
+    jobs = jobs_in(ctx.window[-1])
     if any(f.id == "imbalance" and f.job is not None for f in found):
         # The agents' step times name the straggler; GPU utilisation only guesses at it.
         found = [f for f in found if f.id != "imbalance" or f.job is not None]
@@ -728,30 +852,16 @@ class LiveDiagnosis:
         self.raise_after = raise_after
         self.clear_after = clear_after
         self.own_pid = own_pid
-        self.history: deque[Snapshot] = deque()
-        # The same history split per GPU, kept up to date one snapshot at a time.
-        self._by_gpu: dict[int, tuple[deque[float], deque[GpuSample]]] = {}
+        # What the rules read, updated one snapshot at a time (no copy of the history).
+        self._windows = _Windows()
         self._pending: dict[tuple, float] = {}  # key -> first time the condition held
         self._absent: dict[tuple, float] = {}  # active key -> first time it did not hold
         self.active: dict[tuple, Finding] = {}
 
     def update(self, snap: Snapshot) -> list[Transition]:
-        self.history.append(snap)
-        for g in snap.gpus:
-            times, gpus = self._by_gpu.setdefault(g.index, (deque(), deque()))
-            times.append(snap.time)
-            gpus.append(g)
-        oldest = snap.time - KEEP_S
-        while self.history and self.history[0].time < oldest:
-            self.history.popleft()
-        for times, gpus in self._by_gpu.values():
-            while times and times[0] < oldest:
-                times.popleft()
-                gpus.popleft()
+        self._windows.add(snap)
         now = snap.time
-        by_gpu = {i: (list(t), list(g)) for i, (t, g) in self._by_gpu.items() if t}
-        current = {finding_key(f): f
-                   for f in evaluate(list(self.history), self.own_pid, by_gpu)}
+        current = {finding_key(f): f for f in _evaluate(self._windows, self.own_pid)}
         transitions: list[Transition] = []
         for key, finding in current.items():
             self._absent.pop(key, None)

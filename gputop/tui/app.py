@@ -21,6 +21,7 @@ snapshot tests and the screenshots use that.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import time
@@ -32,10 +33,10 @@ from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.filter import LineFilter
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import Footer, Input
 from textual.worker import get_current_worker
 
 from gputop.diagnostics.live import finding_key
@@ -45,21 +46,24 @@ from gputop.model import Snapshot
 from gputop.stacks.where import WhereFinder
 from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
-from gputop.tui.layout import FINDINGS_WIDTH, Plan, plan_layout
+from gputop.tui.layout import Plan, plan_layout
 from gputop.tui.rows import groups
 from gputop.tui.severity import worst_severity
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
-from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
-from gputop.tui.widgets.findings import FindingsPanel
-from gputop.tui.widgets.gpu_card import GpuCard
-from gputop.tui.widgets.gpu_row import CompactGpuRow
+from gputop.tui.widgets.findings import (
+    FindingsBanner,
+    FindingsPanel,
+    FindingsScreen,
+    findings_lines,
+    needed_width,
+)
+from gputop.tui.widgets.gpu_panel import GpuPanel
 from gputop.tui.widgets.header import StatusHeader
 from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.process_view import ProcessScreen
-from gputop.tui.widgets.stacks_screen import StacksScreen
 from gputop.tui.widgets.text_line import TextLine
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
@@ -69,6 +73,13 @@ CAPTURE_STEPS = 3
 # costs 2.5x less than redrawn with the table's numbers); a finding that raises or clears, or
 # changes severity, shows at once.
 FINDINGS_PERIOD = 4.9
+
+
+def freeze_startup_objects() -> None:
+    """Move what start-up built (Textual's DOM, styles, modules: ~90 000 objects) out of the
+    garbage collector's sight: each full collection walked them all, ~25 ms every 15 s."""
+    gc.collect()
+    gc.freeze()
 
 
 def where_finder(auto_capture: bool) -> WhereFinder | None:
@@ -131,6 +142,7 @@ class GputopApp(App[int]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("f", "show_findings", "Findings"),
         Binding("space", "toggle_pause", "Pause"),
         Binding("1", "window(0)", "Window", key_display="1-4"),
         Binding("2", "window(1)", "10 min", show=False),
@@ -147,6 +159,17 @@ class GputopApp(App[int]):
         Binding("question_mark", "help", "Help"),
         Binding("escape", "escape", show=False),
     ]
+    # Keys of the main screen only: other screens (diagnosis, findings, a process, the
+    # stacks) neither act on them nor list them in their footers.
+    MAIN_ONLY = frozenset({"toggle_pause", "window", "toggle_compact", "cycle_sort",
+                           "reverse_sort", "filter", "toggle_tree", "open_process",
+                           "signal_process", "request_capture", "help", "escape",
+                           "show_findings"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.MAIN_ONLY and self.screen is not self.screen_stack[0]:
+            return False
+        return True
 
     def __init__(
         self,
@@ -160,12 +183,15 @@ class GputopApp(App[int]):
         diagnose: bool | None = None,
         auto_capture: bool = False,
         capture_timeout: float = 60.0,
+        early=None,
     ) -> None:
         """``diagnose``: run the live rules (default: on for live sampling, off for a fixed
         sequence of ``snapshots``). ``auto_capture``: capture a process with an agent by
         itself when a stall finding raises on it. ``capture_timeout``: how long the agent
-        may take to record the steps."""
+        may take to record the steps. ``early``: an EarlySampler already opening the driver
+        (gputop top starts it before importing the interface)."""
         super().__init__(driver_class=HangupSafeDriver)
+        self.early = early
         self.demo, self.gpus, self.seed, self.interval = demo, gpus, seed, interval
         self.frame_log = FrameLog(frame_log or os.environ.get("GPUTOP_FRAME_LOG"))
         if snapshots is not None:
@@ -182,7 +208,8 @@ class GputopApp(App[int]):
         self.capture_notes: dict[tuple, str] = {}  # finding key -> the line under it
         self._capture_timer = None
         self._findings_shown: tuple | None = None
-        self._gpu_marks: dict[int, str] = {}
+        self._findings_layout: tuple = (0, 0, False)
+        self._layout_key: tuple | None = None
         self._findings_time = 0.0
         self.paused = False
         self._leaving = False
@@ -194,12 +221,12 @@ class GputopApp(App[int]):
         self.error: str | None = None
         self.exit_signal: int | None = None
         self.gpu_indices: tuple[int, ...] = ()
-        self.cards: dict[int, GpuCard] = {}
-        self.rows: dict[int, CompactGpuRow] = {}
+        self.gpu_panel = GpuPanel(id="gpu-panel")  # every GPU: cards, or a line each
         self.header = StatusHeader(interval, id="header")
         self.host = HostPanel(id="host")
         self.table = ProcessTable(id="processes")
         self.findings = FindingsPanel(id="findings")
+        self.banner = FindingsBanner(id="findings-banner")
         self.gpu_message = TextLine("starting the sampler…", id="gpu-message")
         self.capture_line = TextLine(id="capture-status")
 
@@ -209,12 +236,12 @@ class GputopApp(App[int]):
         yield self.header
         with Vertical(id="gpus"):
             yield self.gpu_message
-            yield Grid(id="gpu-cards")
-            yield VerticalScroll(id="gpu-rows")
+            yield self.gpu_panel
         yield self.host
         with Horizontal(id="lower"):
             with Vertical(id="procs"):
                 yield self.capture_line
+                yield self.banner
                 yield self.table
                 yield Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
                             id="filter")
@@ -228,7 +255,6 @@ class GputopApp(App[int]):
 
     def on_mount(self) -> None:
         self.table.focus()
-        self.findings.styles.width = FINDINGS_WIDTH
         self._apply_layout()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGHUP, signal.SIGTERM):
@@ -243,7 +269,11 @@ class GputopApp(App[int]):
         # Start sampling (and the demo's processes) while the terminal and widgets are being
         # set up: the first frame is then ready about when the screen is.
         if isinstance(self.feed, SamplerFeed):
-            self._run_sampler()
+            if self.early is not None:
+                self.early.attach(self.feed, lambda error: self.post_message(
+                    SamplerFailed(error)))
+            else:
+                self._run_sampler()
 
     def _on_terminal_signal(self, signum: int) -> None:
         """SIGHUP (the SSH connection dropped) or SIGTERM: leave like q does."""
@@ -263,50 +293,39 @@ class GputopApp(App[int]):
     def _apply_layout(self, size=None) -> None:
         n = len(self.gpu_indices)
         width, height = size or self.size
-        plan = plan_layout(width, height, n, self.compact_choice)
+        findings = self.findings.findings
+        # The list's width (and the panel's border and scrollbar); the lines of the list
+        # and of the selected finding for a panel below the table.
+        wanted = needed_width(findings) + 3 if findings else 0
+        lines = (len(findings_lines(findings, self.capture_notes, self.findings.selected,
+                                    max(20, width - 4))[0]) if findings else 0)
+        plan = plan_layout(width, height, n, self.compact_choice, wanted, lines)
         self.plan = plan
-        cards = self.query_one("#gpu-cards", Grid)
-        rows = self.query_one("#gpu-rows", VerticalScroll)
-        cards.display = bool(n) and not plan.compact
-        rows.display = bool(n) and plan.compact
+        panel = self.gpu_panel
+        panel.display = bool(n)
         self.gpu_message.display = not n
         if n:
-            cards.styles.grid_size_columns = plan.columns
-            cards.styles.grid_rows = str(plan.card_height)
-            cards.styles.height = plan.gpu_lines if not plan.compact else 0
-            rows.styles.height = plan.gpu_lines if plan.compact else 0
+            panel.styles.height = plan.gpu_lines
+            panel.set_plan(plan)
+        lower = self.query_one("#lower", Horizontal)
         self.findings.display = plan.findings
-        self.call_after_refresh(self.table.fit_command_column)
-        if n and not (self.rows if plan.compact else self.cards):
-            self.call_later(self._mount_gpu_widgets)
-        elif self.frame is not None:
-            self._render_gpus(self.frame)
-
-    async def _mount_gpu_widgets(self) -> None:
-        """Mount the widgets of the current mode the first time it is shown: a terminal that
-        stays compact never builds the cards."""
-        indices = self.gpu_indices
-        if self.plan is None or not indices:
-            return
-        if self.plan.compact and not self.rows:
-            self.rows = {i: CompactGpuRow(i) for i in indices}
-            await self.query_one("#gpu-rows", VerticalScroll).mount_all(self.rows.values())
-        elif not self.plan.compact and not self.cards:
-            self.cards = {i: GpuCard(i) for i in indices}
-            await self.query_one("#gpu-cards", Grid).mount_all(self.cards.values())
+        self.banner.display = not plan.findings and bool(findings)
+        if plan.findings_at == "side":
+            lower.styles.layout = "horizontal"
+            self.findings.styles.width = plan.findings_size
+            self.findings.styles.height = "1fr"
+        elif plan.findings_at == "below":
+            lower.styles.layout = "vertical"
+            self.findings.styles.width = "1fr"
+            self.findings.styles.height = plan.findings_size
+        self._layout_key = (width, height, plan)
         if self.frame is not None:
             self._render_gpus(self.frame)
-        if self.findings.findings:
-            self._mark_gpus(self.findings.findings, force=True)  # the new widgets too
 
-    async def _set_gpus(self, indices: tuple[int, ...]) -> None:
+    def _set_gpus(self, indices: tuple[int, ...]) -> None:
         """When the first frame names the GPUs (again only if the set changes)."""
-        await self.query_one("#gpu-cards", Grid).remove_children()
-        await self.query_one("#gpu-rows", VerticalScroll).remove_children()
         self.gpu_indices = indices
-        self.cards, self.rows = {}, {}
         self._apply_layout()
-        await self._mount_gpu_widgets()
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -320,7 +339,9 @@ class GputopApp(App[int]):
         feed = self.feed
         assert isinstance(feed, SamplerFeed)
         try:
-            with open_sampler(self.demo, self.gpus, self.seed) as sampler:
+            # No wait for the demo's workers: the first frame comes first, and they show as
+            # they are forked.
+            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0) as sampler:
                 if not feed.stopped:
                     feed.run(sampler)
         except Exception as exc:  # reported on screen and after exit, never as a traceback
@@ -347,7 +368,7 @@ class GputopApp(App[int]):
             return
         indices = tuple(g.index for g in frame.snapshot.gpus)
         if indices != self.gpu_indices:
-            await self._set_gpus(indices)
+            self._set_gpus(indices)
         started, started_cpu = time.perf_counter(), time.thread_time()
         with self.batch_update():
             self.render_frame(frame)
@@ -360,6 +381,8 @@ class GputopApp(App[int]):
     def render_frame(self, frame: Frame) -> None:
         self.frame = frame
         self.frames_rendered += 1
+        if self.frames_rendered == 3:
+            self.call_after_refresh(freeze_startup_objects)
         snap = frame.snapshot
         self.header.show(snap, frame.window, self.paused)
         self.host.update_host(snap.host)
@@ -377,13 +400,7 @@ class GputopApp(App[int]):
                     else "no GPUs visible")
             self.gpu_message.set_text(text)
             return
-        compact = self.plan is not None and self.plan.compact
-        targets = self.rows if compact else self.cards
-        for gpu in snap.gpus:
-            widget = targets.get(gpu.index)
-            if widget is not None:
-                widget.update_gpu(gpu, frame.gpu_series.get(gpu.index, {}), frame.start,
-                                  frame.end)
+        self.gpu_panel.show(snap.gpus, frame.gpu_series, frame.start, frame.end)
 
     # -- findings -----------------------------------------------------------------------------
 
@@ -413,16 +430,33 @@ class GputopApp(App[int]):
         self.capture_notes = {k: v for k, v in self.capture_notes.items()
                               if k in active or k in running}
         self.findings.update_findings(findings, self.capture_notes)
+        self.banner.show_findings(self.findings.findings)
+        if isinstance(self.screen, FindingsScreen):
+            self.screen.update_findings(self.findings.findings, self.capture_notes)
+        self._relayout_for_findings()
         self._mark_gpus(findings)
         self.table.set_marks(worst_severity(findings, lambda f: f.pid))
 
-    def _mark_gpus(self, findings: Sequence, force: bool = False) -> None:
-        worst = worst_severity(findings, lambda f: f.gpu)
-        if worst == self._gpu_marks and not force:
-            return  # new evidence only: the marks stay as they are
-        self._gpu_marks = worst
-        for widget in (*self.cards.values(), *self.rows.values()):
-            widget.mark(worst.get(widget.index))
+    def _relayout_for_findings(self) -> None:
+        """The panel's size follows its list: lay out again only when that changes (a
+        finding raised or cleared), never for new numbers in the evidence."""
+        findings = self.findings.findings
+        key = (needed_width(findings) if findings else 0, len(findings), bool(findings),
+               self.findings.selected)
+        if key != self._findings_layout:
+            self._findings_layout = key
+            self._apply_layout()
+
+    def action_show_findings(self) -> None:
+        """`f`: every active finding, the selected one in full, at the terminal's width."""
+        if isinstance(self.screen, FindingsScreen):
+            self.screen.dismiss(None)
+            return
+        self.push_screen(FindingsScreen(self.findings.findings, self.capture_notes,
+                                        self.findings.selected))
+
+    def _mark_gpus(self, findings: Sequence) -> None:
+        self.gpu_panel.set_marks(worst_severity(findings, lambda f: f.gpu))
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -494,7 +528,7 @@ class GputopApp(App[int]):
             return row.parent
         return row.pid
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_process_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
         self.action_open_process()
 
     def action_open_process(self) -> None:
@@ -593,6 +627,8 @@ class GputopApp(App[int]):
 
     def show_stacks(self, pid: int) -> None:
         """`p` on a process without the agent: its Python stacks (py-spy) on a screen."""
+        from gputop.tui.widgets.stacks_screen import StacksScreen  # on first use: start-up
+
         if not isinstance(self.screen, StacksScreen):
             self.push_screen(StacksScreen(pid, self._command(pid)))
 
@@ -725,6 +761,8 @@ class GputopApp(App[int]):
     def show_diagnosis(self, pid: int, analysis, trace: str, source: str = "") -> None:
         """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it);
         ``source``: the source lines of the top costs, when the trace has Python stacks."""
+        from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen  # on first use
+
         self.push_screen(DiagnosisScreen(pid, analysis, trace, source))
 
     # -- whole jobs: `p` on a rank or on the job row ----------------------------------------

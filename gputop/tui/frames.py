@@ -212,10 +212,11 @@ class SamplerFeed(Feed):
     def stopped(self) -> bool:
         return self._stop.is_set()
 
-    def run(self, sampler) -> None:
-        """The sampling loop; returns when ``stop`` is called."""
+    def run(self, sampler, first: Snapshot | None = None) -> None:
+        """The sampling loop; returns when ``stop`` is called. ``first``: a sample already
+        taken (gputop top samples while the interface loads)."""
         # The first sample fills the screen at once; CPU rates need a second one, soon after.
-        self.record(sampler.sample())
+        self.record(first if first is not None else sampler.sample())
         self._emit()
         next_tick = time.monotonic() + min(self.interval, 0.3)
         while not self._stop.is_set():

@@ -72,13 +72,12 @@ def braille_lines(values: np.ndarray, vmax: float, height: int) -> list[str]:
     if vmax <= 0 or not len(values):
         return [" " * (len(values) // 2)] * height
     levels = _levels(values, vmax, height * 4)
-    rows = []
-    for row in range(height):
-        base = (height - 1 - row) * 4
-        dots = np.clip(levels - base, 0, 4)
-        codes = dots[0::2] * 5 + dots[1::2]
-        rows.append("".join([_CELLS[c] for c in codes.tolist()]))
-    return rows
+    # Every row at once: the dots each row's cells hold, from the top row down.
+    bases = np.arange(height - 1, -1, -1)[:, None] * 4
+    dots = np.minimum(np.maximum(levels[None, :] - bases, 0), 4)
+    codes = (dots[:, 0::2] * 5 + dots[:, 1::2]).tolist()
+    cells = _CELLS
+    return ["".join([cells[c] for c in row]) for row in codes]
 
 
 def sparkline(values: np.ndarray, vmax: float) -> str:
@@ -163,3 +162,46 @@ def chart_rows(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: flo
         return [sparkline(resample(t, v, *aligned(start, end, width), width), vmax)]
     bins = width * 2
     return braille_lines(resample(t, v, *aligned(start, end, bins), bins), vmax, height)
+
+
+def chart_rows_many(t: np.ndarray, values: list[np.ndarray], start: float, end: float,
+                    vmaxes: list[float], *, width: int, heights: list[int]) -> list[list[str]]:
+    """``chart_rows`` for several series over the same times (one GPU's fields), binned in
+    one pass: the same rows, a fraction of the numpy calls."""
+    out: list[list[str] | None] = [None] * len(values)
+    rows = [i for i, (vmax, h) in enumerate(zip(vmaxes, heights)) if vmax and h > 1]
+    for i, (v, vmax, h) in enumerate(zip(values, vmaxes, heights)):
+        if i not in rows:
+            out[i] = chart_rows(t, v, start, end, vmax, width=width, height=h)
+    if not rows:
+        return out  # type: ignore[return-value]
+    bins = width * 2
+    s, e = aligned(start, end, bins)
+    k = len(rows)
+    binned = np.full((k, bins), np.nan)
+    if bins > 0 and e > s and len(t):
+        in_span = (t >= s) & (t <= e)
+        tk = t[in_span]
+        if len(tk):
+            V = np.vstack([values[i][in_span] for i in rows]).astype(np.float64)
+            valid = ~np.isnan(V)
+            idx = np.minimum(((tk - s) / (e - s) * bins).astype(np.int64), bins - 1)
+            flat = (np.arange(k)[:, None] * bins + idx[None, :])[valid]
+            sums = np.bincount(flat, weights=V[valid], minlength=k * bins).reshape(k, bins)
+            counts = np.bincount(flat, minlength=k * bins).reshape(k, bins)
+            filled = counts > 0
+            binned[filled] = sums[filled] / counts[filled]
+            if len(tk) > 1:
+                spacing = float(np.median(np.diff(tk))) / (e - s) * bins
+                reach = math.ceil(spacing)
+                if reach > 1:
+                    positions = np.arange(bins)
+                    last = np.maximum.accumulate(np.where(filled, positions, -1), axis=1)
+                    last_sample = np.where(valid, idx[None, :], -1).max(axis=1)
+                    hole = (~filled & (last >= 0) & (positions[None, :] - last < reach)
+                            & (positions[None, :] < last_sample[:, None]))
+                    r, c = np.nonzero(hole)
+                    binned[r, c] = binned[r, last[r, c]]
+    for n, i in enumerate(rows):
+        out[i] = braille_lines(binned[n], vmaxes[i], heights[i])
+    return out  # type: ignore[return-value]

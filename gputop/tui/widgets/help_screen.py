@@ -20,6 +20,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "process view: CPU, workers' CPU, GPU memory"),
     ("k", "send SIGTERM to the process (asks first)"),
     ("p", "capture 3 steps (agent) or sample Python stacks"),
+    ("f", "findings: every one, the selected one in full"),
+    ("Tab", "keys to the findings panel (↑ ↓ select) and back"),
     ("?", "this help"),
     ("Esc", "close a view or this help"),
 )

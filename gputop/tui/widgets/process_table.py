@@ -1,18 +1,26 @@
 """The process table: GPU processes with their DataLoader workers, keyed by pid.
 
-Each update touches only the cells that changed (update_cell), removes rows of processes that
-ended, appends new ones and reorders only when the order changed, so the selection and the
-scroll position survive every tick.
+Drawn through the line API, one ready strip per row: a tick that changes two numbers repaints
+the cells of those two rows and nothing else. (Textual's DataTable re-rendered every visible
+cell through Rich after any update, which made it the costliest part of a frame.) Rows are
+keyed by pid, so the selection and the scroll position survive every tick, sorting and
+filtering; the header stays in place while the rows scroll.
+
+The command column takes the width the fixed columns leave: it carries the most (the command
+line, the agent's telemetry).
 """
 
 from __future__ import annotations
 
 from rich.cells import cell_len, set_cell_size
-from rich.measure import Measurement
 from rich.segment import Segment
 from rich.style import Style
+from textual import events
 from textual.binding import Binding
-from textual.widgets import DataTable
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from gputop.model import Snapshot
 from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
@@ -20,111 +28,129 @@ from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
 _RIGHT = {key for key, _, _, right in COLUMNS if right}
 CURSOR_MARK = "›"
 VALUES_PERIOD = 1.9  # seconds of snapshot time between redraws of numbers alone
+COMMAND_MIN = 12
+FIXED_WIDTH = sum((w or 0) + 1 for _, _, w, _ in COLUMNS)  # every column but the command
 
 
 class Cell:
-    """A table cell that renders as one ready segment.
+    """One cell's text as drawn (``.plain``), as DataTable's cells were read."""
 
-    DataTable re-renders every visible cell after any update; a Rich Text cell goes through
-    wrapping and justification each time, which made the table the costliest part of a frame.
-    This cell only pads or cuts its text to the column width.
-    """
+    __slots__ = ("plain",)
 
-    __slots__ = ("plain", "right")
-
-    def __init__(self, plain: str, right: bool = False) -> None:
+    def __init__(self, plain: str) -> None:
         self.plain = plain
-        self.right = right
-
-    def __rich_console__(self, console, options):
-        width = options.max_width
-        text = self.plain
-        size = cell_len(text)
-        if size > width:
-            text, size = set_cell_size(text, width), width
-        pad = " " * (width - size)
-        yield Segment(pad + text if self.right else text + pad)
-
-    def __rich_measure__(self, console, options) -> Measurement:
-        size = cell_len(self.plain)
-        return Measurement(size, size)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Cell) and (self.plain, self.right) == (other.plain, other.right)
-
-    def __hash__(self) -> int:
-        return hash((self.plain, self.right))
 
     def __repr__(self) -> str:
         return f"Cell({self.plain!r})"
 
 
-class ProcessTable(DataTable):
+def cell_text(key: str, value: str, width: int) -> str:
+    """A cell padded or cut to ``width``: numbers on the right, text after a space."""
+    text = value if key in _RIGHT else " " + value
+    size = cell_len(text)
+    if size > width:
+        return set_cell_size(text, width)
+    pad = " " * (width - size)
+    return pad + text if key in _RIGHT else text + pad
+
+
+class ProcessTable(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 1; }
+    ProcessTable > .process-table--header { text-style: bold; background: $panel; }
+    ProcessTable > .process-table--cursor { background: $block-cursor-background;
+                                            color: $block-cursor-foreground; }
+    ProcessTable:blur > .process-table--cursor { background: $block-cursor-blurred-background;
+                                                 color: $foreground; }
     """
-    BINDINGS = [Binding("enter", "select_cursor", "Process")]
+    COMPONENT_CLASSES = {"process-table--header", "process-table--cursor"}
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Process"),
+        Binding("up", "cursor(-1)", show=False),
+        Binding("down", "cursor(1)", show=False),
+        Binding("pageup", "page(-1)", show=False),
+        Binding("pagedown", "page(1)", show=False),
+        Binding("home", "cursor_to(0)", show=False),
+        Binding("end", "cursor_to(-1)", show=False),
+    ]
+
+    class RowSelected(Message):
+        """Enter (or a click on the selected row): open the process under the cursor."""
+
+        def __init__(self, row: Row) -> None:
+            super().__init__()
+            self.row = row
 
     def __init__(self, *, id: str | None = None) -> None:
-        # No cell padding: each column carries its own one-space gap, which saves a column of
-        # width per field at 80 columns.
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False, cell_padding=0)
+        super().__init__(id=id)
         self.sort_key = SORTS[0][1]
         self.reverse = False
         self.tree_view = True
         self.needle = ""
         self.snapshot: Snapshot | None = None
         self.rows_by_key: dict[str, Row] = {}
-        self._order: list[str] = []
-        self._cells: dict[str, dict[str, str]] = {}
-        self._marked: str | None = None
-        self._applying = False
-        self._rich_style_memo: Style | None = None
-        self._values_time: float | None = None
+        self.order: list[str] = []  # row keys in display order
+        self.cursor = 0
         self.marks: dict[int, str] = {}  # pid -> severity of the worst finding about it
+        self._values_time: float | None = None
+        self._texts: dict[str, str] = {}  # row key -> its line as drawn (without the cursor)
+        self._strips: dict[tuple[str, bool], Strip] = {}
+        self._header: Strip | None = None
+        self._styles: tuple[Style, Style, Style] | None = None
+        self._widths: list[int] = []
 
-    # DataTable asks for its Rich style once per line painted, and computing it walks every
-    # ancestor's styles; it changes only when this widget's styles are applied again.
+    # -- what DataTable offered, for the app and the tests ---------------------------------
+
     @property
-    def rich_style(self) -> Style:
-        if self._rich_style_memo is None:
-            self._rich_style_memo = super().rich_style
-        return self._rich_style_memo
+    def rows(self) -> dict[str, Row]:
+        return {key: self.rows_by_key[key] for key in self.order}
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._rich_style_memo = None
+    @property
+    def row_count(self) -> int:
+        return len(self.order)
 
-    def on_mount(self) -> None:
-        for key, label, width, _ in COLUMNS:
-            self.add_column(self._label(key, label), key=key, width=(width or 20) + 1)
-        self.fit_command_column()
+    def get_row_index(self, key: str) -> int:
+        return self.order.index(key)
+
+    def get_row_at(self, index: int) -> list[Cell]:
+        """The row's cells, unpadded (text columns start with their gap)."""
+        values = self._cell_values(self.rows_by_key[self.order[index]], index)
+        return [Cell(v if key in _RIGHT else " " + v) for (key, _, _, _), v in
+                zip(COLUMNS, values)]
+
+    def get_cell(self, key: str, column: str) -> Cell:
+        cells = self.get_row_at(self.order.index(key))
+        return cells[[k for k, _, _, _ in COLUMNS].index(column)]
+
+    def selected_row(self) -> Row | None:
+        if not self.order:
+            return None
+        return self.rows_by_key.get(self.order[min(self.cursor, len(self.order) - 1)])
+
+    def move_cursor(self, *, row: int, scroll: bool = True) -> None:
+        if not self.order:
+            return
+        row = max(0, min(row, len(self.order) - 1))
+        if row != self.cursor:
+            old, self.cursor = self.cursor, row
+            self._refresh_row(old)
+            self._refresh_row(row)
+        if scroll:
+            self._scroll_to_cursor()
 
     # -- view state (keys s, S, t, /) -------------------------------------------------------
-
-    def _label(self, key: str, label: str) -> Cell:
-        if key == self.sort_key:
-            descending = (key in DESCENDING) != self.reverse
-            label += "▼" if descending else "▲"
-        return self._cell(key, label)
-
-    def _relabel(self) -> None:
-        for key, label, _, _ in COLUMNS:
-            self.columns[key].label = self._label(key, label)
-        self._require_update_dimensions = True
-        self.refresh()
 
     def cycle_sort(self) -> str:
         keys = [k for _, k in SORTS]
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.reverse = False
-        self._relabel()
+        self._header = None
         self.refresh_rows()
         return dict((k, n) for n, k in SORTS)[self.sort_key]
 
     def flip_sort(self) -> None:
         self.reverse = not self.reverse
-        self._relabel()
+        self._header = None
         self.refresh_rows()
 
     def toggle_tree(self) -> bool:
@@ -142,38 +168,16 @@ class ProcessTable(DataTable):
             self.marks = dict(marks)
             self.refresh_rows()
 
-    def on_resize(self) -> None:
-        self.fit_command_column()
-
     def fit_command_column(self) -> None:
-        """Give the command column the width left over (on mount and on resize only)."""
-        if "command" not in self.columns:
-            return
-        fixed = sum((w or 0) + 1 for _, _, w, _ in COLUMNS)
-        room = self.size.width - fixed - 1  # the vertical scrollbar
-        column = self.columns["command"]
-        column.width = max(20, room)
-        column.auto_width = False
-        self._require_update_dimensions = True
-        self.refresh()
+        """Kept for the app: the command column follows the width by itself."""
+        self._layout()
 
     # -- data -------------------------------------------------------------------------------
-
-    def selected_row(self) -> Row | None:
-        if not self.row_count:
-            return None
-        try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:  # an empty or shrinking table has no valid cursor cell
-            return None
-        return self.rows_by_key.get(key)
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """Show a new snapshot. Rows that appear, end or move are applied at once; when only
         numbers changed, they are redrawn at most every VALUES_PERIOD seconds of snapshot
-        time: DataTable repaints every visible cell after any update, which made it the
-        costliest part of a 1 s frame, and per-process numbers sampled over one second are
-        too jumpy to read at that pace anyway."""
+        time: per-process numbers sampled over one second are too jumpy to read at 1 Hz."""
         self.snapshot = snapshot
         if (self._values_time is not None
                 and 0 <= snapshot.time - self._values_time < VALUES_PERIOD
@@ -185,72 +189,150 @@ class ProcessTable(DataTable):
     def _same_rows(self, snapshot: Snapshot) -> bool:
         rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
                           self.marks)
-        return [r.key for r in rows] == self._order
+        return [r.key for r in rows] == self.order
 
     def refresh_rows(self) -> None:
         if self.snapshot is None:
             return
         rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
                           self.marks)
-        self._apply(rows)
-
-    def _cell(self, key: str, value: str) -> Cell:
-        if key in _RIGHT:
-            return Cell(value, right=True)
-        return Cell(" " + value)
-
-    def _apply(self, rows: list[Row]) -> None:
         selected = self.selected_row()
-        self._applying = True
-        try:
-            self._apply_rows(rows, selected)
-        finally:
-            self._applying = False
-        self._mark_cursor()
-
-    def _apply_rows(self, rows: list[Row], selected: Row | None) -> None:
-        wanted = [r.key for r in rows]
-        wanted_set = set(wanted)
-        for key in [k for k in self._order if k not in wanted_set]:
-            self.remove_row(key)
-            self._cells.pop(key, None)
-        self._order = [k for k in self._order if k in wanted_set]
-        for row in rows:
-            old = self._cells.get(row.key)
-            if old is None:
-                values = [self._cell(key, row.cells.get(key, "")) for key, _, _, _ in COLUMNS]
-                self.add_row(*values, key=row.key)
-                self._order.append(row.key)
-            else:
-                for key, value in row.cells.items():
-                    if old.get(key) != value:
-                        self.update_cell(row.key, key, self._cell(key, value))
-            self._cells[row.key] = dict(row.cells, mark=(self._cells.get(row.key) or {}).get(
-                "mark", ""))
+        order = [r.key for r in rows]
         self.rows_by_key = {r.key: r for r in rows}
-        if self._order != wanted:
-            rank = {key: i for i, key in enumerate(wanted)}
-            self.sort("pid", key=lambda pid: rank[pid.plain])
-            self._order = wanted
-            if selected is not None and selected.key in rank:
-                self.move_cursor(row=rank[selected.key], scroll=False)
-
-    def _mark_cursor(self) -> None:
-        """A visible cursor mark: without colour (NO_COLOR) the highlight alone would vanish."""
-        if self._applying:
+        if order != self.order:
+            self.order = order
+            if selected is not None and selected.key in self.rows_by_key:
+                self.cursor = order.index(selected.key)
+            self.cursor = max(0, min(self.cursor, len(order) - 1))
+            self._texts = {}
+            self._strips = {}
+            self.virtual_size = Size(self.size.width, len(order) + 1)
+            self.refresh()
             return
-        current = self.selected_row()
-        key = current.key if current and current.key in self._cells else None
-        if key == self._marked:
-            return
-        if self._marked in self._cells:
-            self.update_cell(self._marked, "mark", self._cell("mark", ""))
-            self._cells[self._marked]["mark"] = ""
-        if key is not None:
-            self.update_cell(key, "mark", self._cell("mark", CURSOR_MARK))
-            self._cells[key]["mark"] = CURSOR_MARK
-        self._marked = key
+        for index, key in enumerate(order):
+            text = self._line_text(self.rows_by_key[key], index)
+            if self._texts.get(key) != text:
+                self._refresh_row(index)
 
-    def watch_cursor_coordinate(self, old, new) -> None:
-        super().watch_cursor_coordinate(old, new)
-        self._mark_cursor()
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _layout(self) -> None:
+        width = self.scrollable_content_region.width or self.size.width
+        command = max(COMMAND_MIN, width - FIXED_WIDTH)
+        widths = [(w + 1) if w else command for _, _, w, _ in COLUMNS]
+        if widths != self._widths:
+            self._widths = widths
+            self._texts, self._strips, self._header = {}, {}, None
+            self.refresh()
+
+    def on_resize(self) -> None:
+        self._layout()
+        self.virtual_size = Size(self.size.width, len(self.order) + 1)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = None
+        self._strips, self._header = {}, None
+
+    def _cell_values(self, row: Row, index: int) -> list[str]:
+        values = []
+        for key, _, _, _ in COLUMNS:
+            if key == "mark":
+                values.append(CURSOR_MARK if index == self.cursor else "")
+            else:
+                values.append(row.cells.get(key, ""))
+        return values
+
+    def _cells(self, row: Row, index: int) -> list[Cell]:
+        if not self._widths:
+            self._layout()
+        return [Cell(cell_text(key, value, width)) for (key, _, _, _), value, width in
+                zip(COLUMNS, self._cell_values(row, index), self._widths)]
+
+    def _line_text(self, row: Row, index: int) -> str:
+        return "".join(c.plain for c in self._cells(row, index))
+
+    def _refresh_row(self, index: int) -> None:
+        """Repaint row ``index`` if it is on screen (line 0 is the header)."""
+        if not 0 <= index < len(self.order):
+            return
+        key = self.order[index]
+        self._texts.pop(key, None)
+        self._strips.pop((key, True), None)
+        self._strips.pop((key, False), None)
+        y = index - self.scroll_offset.y + 1
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    def _style_set(self) -> tuple[Style, Style, Style]:
+        if self._styles is None:
+            base = self.rich_style
+            self._styles = (base,
+                            base + self.get_component_rich_style("process-table--header",
+                                                                 partial=True),
+                            base + self.get_component_rich_style("process-table--cursor",
+                                                                 partial=True))
+        return self._styles
+
+    def render_line(self, y: int) -> Strip:
+        if not self._widths:
+            self._layout()
+        base, header, cursor = self._style_set()
+        width = self.scrollable_content_region.width or self.size.width
+        if y == 0:
+            if self._header is None:
+                text = "".join(cell_text(key, self._label(key, label), w) for
+                               (key, label, _, _), w in zip(COLUMNS, self._widths))
+                self._header = Strip([Segment(text, header)]).adjust_cell_length(width, header)
+            return self._header
+        index = self.scroll_offset.y + y - 1
+        if not 0 <= index < len(self.order):
+            return Strip.blank(width, base)
+        key = self.order[index]
+        selected = index == self.cursor
+        strip = self._strips.get((key, selected))
+        if strip is None:
+            text = self._texts.get(key)
+            if text is None:
+                text = self._texts[key] = self._line_text(self.rows_by_key[key], index)
+            style = cursor if selected else base
+            strip = Strip([Segment(text, style)]).adjust_cell_length(width, style)
+            self._strips[(key, selected)] = strip
+        return strip
+
+    def _label(self, key: str, label: str) -> str:
+        if key == self.sort_key:
+            descending = (key in DESCENDING) != self.reverse
+            label += "▼" if descending else "▲"
+        return label
+
+    # -- keys and mouse ---------------------------------------------------------------------
+
+    def _scroll_to_cursor(self) -> None:
+        visible = max(1, self.size.height - 1)
+        top = self.scroll_offset.y
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + visible:
+            self.scroll_to(y=self.cursor - visible + 1, animate=False, immediate=True)
+
+    def action_cursor(self, step: int) -> None:
+        self.move_cursor(row=self.cursor + step)
+
+    def action_page(self, step: int) -> None:
+        self.move_cursor(row=self.cursor + step * max(1, self.size.height - 2))
+
+    def action_cursor_to(self, row: int) -> None:
+        self.move_cursor(row=row if row >= 0 else len(self.order) - 1)
+
+    def action_select_cursor(self) -> None:
+        row = self.selected_row()
+        if row is not None:
+            self.post_message(self.RowSelected(row))
+
+    def on_click(self, event: events.Click) -> None:
+        index = self.scroll_offset.y + event.y - 1
+        if event.y >= 1 and 0 <= index < len(self.order):
+            if index == self.cursor and event.chain >= 2:
+                self.action_select_cursor()
+            self.move_cursor(row=index, scroll=False)

@@ -1,0 +1,60 @@
+"""Start sampling before the monitor's user interface is imported.
+
+Importing Textual and building the app takes a few tenths of a second, and so do opening the
+driver (and, for a demo, starting its stand-in processes) and the first sample. `gputop top`
+starts this thread first, so both happen at once; the app then hands it its feed and the
+thread goes on as the sampling thread. It stays the thread that started the demo's
+processes for as long as they run (they are bound to it with PR_SET_PDEATHSIG).
+
+No Textual here: importing this module must stay cheap.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class EarlySampler:
+    def __init__(self, demo: str | None, gpus: list[int] | None, seed: int) -> None:
+        self.demo, self.gpus, self.seed = demo, gpus, seed
+        self._attached = threading.Event()
+        self._feed = None
+        self._failed: Callable[[str], None] | None = None
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, name="gputop-sampler", daemon=True)
+
+    def start(self) -> EarlySampler:
+        self.thread.start()
+        return self
+
+    def attach(self, feed, failed: Callable[[str], None]) -> None:
+        """Hand over the app's feed (a SamplerFeed) and how to report a failure."""
+        self._feed, self._failed = feed, failed
+        self._attached.set()
+        if self.error is not None:
+            failed(self.error)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """When the app has ended: stop sampling and wait for the demo to be cleaned up."""
+        if self._feed is not None:
+            self._feed.stop()
+        self._attached.set()
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        from gputop.session import open_sampler
+
+        try:
+            # No wait for the demo's workers: the first frame comes first, and they show
+            # as they are forked.
+            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0) as sampler:
+                first = sampler.sample()
+                self._attached.wait()
+                feed = self._feed
+                if feed is not None and not feed.stopped:
+                    feed.run(sampler, first=first)
+        except Exception as exc:  # reported by the app, never as a traceback
+            self.error = f"{type(exc).__name__}: {exc}"
+            if self._failed is not None and self._feed is not None and not self._feed.stopped:
+                self._failed(self.error)

@@ -1,0 +1,249 @@
+"""Every GPU in one widget: the cards (borders included) or, in compact mode, one line each.
+
+One widget rather than a card widget per GPU: Textual renders, styles and composites every
+widget a repaint touches, and eight bordered cards cost eight times that work per tick. Here a
+tick computes the lines (gputop/tui/cards.py), compares them with the lines on screen, and
+repaints only the cells of the lines that changed; unchanged lines keep their ready strips.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gputop.model import GpuSample
+from gputop.tui.cards import (
+    CHART_FIELDS,
+    Line,
+    card_lines,
+    chart_heights,
+    chart_limit,
+    chart_width_of,
+    compact_pieces,
+    compact_spark_width,
+)
+from gputop.tui.frames import Points
+from gputop.tui.layout import Plan
+from gputop.tui.widgets.chart import chart_rows, chart_rows_many, spark_series
+
+_EMPTY = np.zeros(0)
+# Roles of cards.py that are plain Rich styles (the rest come from the theme).
+_PLAIN = {"green": "green", "yellow": "yellow", "red": "red", "dim": "dim", "bold": "bold",
+          "title": "bold", "warning-bold": "bold yellow", "error-bold": "bold red",
+          "spark": "cyan"}
+
+
+def split_width(width: int, columns: int) -> list[int]:
+    """Card widths across a row: equal, the first ones one cell wider with a remainder."""
+    base, extra = divmod(width, max(1, columns))
+    return [base + (1 if i < extra else 0) for i in range(columns)]
+
+
+def changed_span(old: Line, new: Line) -> tuple[int, int] | None:
+    """The cells [start, end) of a line that differ, or None for the whole line (a change of
+    style or of a wide character's position)."""
+    if [r for _, r in old] != [r for _, r in new] or [len(t) for t, _ in old] != [
+            len(t) for t, _ in new]:
+        return None
+    a, b = "".join(t for t, _ in old), "".join(t for t, _ in new)
+    if len(a) != len(b):
+        return None
+    start = 0
+    while start < len(a) and a[start] == b[start]:
+        start += 1
+    end = len(a)
+    while end > start and a[end - 1] == b[end - 1]:
+        end -= 1
+    return start, end
+
+
+class GpuPanel(ScrollView, can_focus=False):
+    DEFAULT_CSS = """
+    GpuPanel { height: 8; overflow-x: hidden; scrollbar-size-vertical: 1; }
+    """
+    COMPONENT_CLASSES = {
+        "gpu-panel--border", "gpu-panel--warning", "gpu-panel--error",
+        *(f"gpu-panel--{field}" for field in CHART_FIELDS),
+    }
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.plan: Plan | None = None
+        self.gpus: tuple[GpuSample, ...] = ()
+        self.series: Mapping[int, Mapping[str, Points]] = {}
+        self.span = (0.0, 0.0)
+        self.marks: dict[int, str] = {}  # GPU index -> severity of its worst finding
+        self.lines: list[Line] = []  # every line of the panel, scrolled or not
+        self._strips: dict[int, Strip] = {}
+        self._styles: dict[str | None, Style] | None = None
+        self._limits: dict[tuple[int, str], float | None] = {}  # a lost GPU keeps its tops
+        self._charts: dict[int, tuple[tuple, dict[str, list[str]]]] = {}
+        self._width = 0
+
+    # -- data in ----------------------------------------------------------------------------
+
+    def set_plan(self, plan: Plan) -> None:
+        if plan != self.plan:
+            self.plan = plan
+            self._redraw()
+
+    def show(self, gpus: Sequence[GpuSample], series: Mapping[int, Mapping[str, Points]],
+             start: float, end: float) -> None:
+        self.gpus, self.series, self.span = tuple(gpus), series, (start, end)
+        for gpu in self.gpus:
+            for field in CHART_FIELDS:
+                limit = chart_limit(gpu, field) or self._limits.get((gpu.index, field))
+                self._limits[(gpu.index, field)] = limit
+        self._redraw()
+
+    def set_marks(self, marks: Mapping[int, str]) -> None:
+        if dict(marks) != self.marks:
+            self.marks = dict(marks)
+            self._redraw()
+
+    def mark_of(self, index: int) -> str | None:
+        return self.marks.get(index)
+
+    def on_resize(self) -> None:
+        self._redraw()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = None
+        self._strips = {}
+
+    # -- lines ------------------------------------------------------------------------------
+
+    def _charts_of(self, gpu: GpuSample, width: int, heights: list[int]
+                   ) -> dict[str, list[str]]:
+        """The chart rows of one GPU's fields, binned together when they share their times
+        (they are recorded together); again only when the data or the geometry changed."""
+        series = self.series.get(gpu.index, {})
+        points = [series.get(field, (_EMPTY, _EMPTY)) for field in CHART_FIELDS]
+        limits = [self._limits.get((gpu.index, field)) or 0.0 for field in CHART_FIELDS]
+        start, end = self.span
+        key = (tuple((len(t), float(t[-1]) if len(t) else None, float(v[-1]) if len(v) else None)
+                     for t, v in points), start, end, tuple(limits), width, tuple(heights))
+        cached = self._charts.get(gpu.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        t0 = points[0][0]
+        if all(len(t) == len(t0) and (t is t0 or np.array_equal(t, t0)) for t, _ in points):
+            rows = chart_rows_many(t0, [v for _, v in points], start, end, limits,
+                                   width=width, heights=heights)
+        else:
+            rows = [chart_rows(t, v, start, end, m, width=width, height=h)
+                    for (t, v), m, h in zip(points, limits, heights)]
+        charts = dict(zip(CHART_FIELDS, rows))
+        self._charts[gpu.index] = (key, charts)
+        return charts
+
+    def _compute(self, width: int) -> list[Line]:
+        plan = self.plan
+        if plan is None or not self.gpus or width <= 0:
+            return []
+        if plan.compact:
+            spark_width = compact_spark_width(width)
+            start, end = self.span
+            out = []
+            for gpu in self.gpus:
+                sparks = {}
+                for field in ("util_gpu", "mem_used", "power_w", "pcie_rx_mbs"):
+                    t, v = self.series.get(gpu.index, {}).get(field, (_EMPTY, _EMPTY))
+                    limit = self._limits.get((gpu.index, field)) or 0.0
+                    sparks[field] = spark_series(t, v, start, end, limit, spark_width)
+                out.append(compact_pieces(gpu, sparks, width, spark_width))
+            return out
+        columns = max(1, plan.columns)
+        widths = split_width(width, columns)
+        height = plan.card_height
+        heights = chart_heights(height)
+        out: list[Line] = []
+        for first in range(0, len(self.gpus), columns):
+            row = self.gpus[first:first + columns]
+            cards = []
+            for gpu, card_width in zip(row, widths):
+                rows = self._charts_of(gpu, chart_width_of(card_width), heights)
+                cards.append(card_lines(gpu, rows, card_width, height,
+                                        self.marks.get(gpu.index)))
+            pad = width - sum(widths[:len(row)])
+            for y in range(height):
+                line: tuple = tuple(piece for card in cards for piece in card[y])
+                if pad > 0:
+                    line += ((" " * pad, None),)
+                out.append(line)
+        return out
+
+    def _redraw(self) -> None:
+        """Compute every line; repaint only the cells that differ from the screen."""
+        region = self.scrollable_content_region
+        width = region.width if region.width > 0 else self.size.width
+        if width <= 0:
+            return
+        lines = self._compute(width)
+        if width != self._width or len(lines) != len(self.lines):
+            self._width = width
+            self.lines = lines
+            self._strips = {}
+            self.virtual_size = Size(width, len(lines))
+            self.refresh()
+            return
+        scroll_y = self.scroll_offset.y
+        visible = range(scroll_y, scroll_y + self.size.height)
+        for y, (old, new) in enumerate(zip(self.lines, lines)):
+            if old == new:
+                continue
+            self._strips.pop(y, None)
+            if y in visible:
+                span = changed_span(old, new)
+                start, end = span if span is not None else (0, width)
+                if end > start:
+                    self.refresh(Region(start, y - scroll_y, end - start, 1))
+        self.lines = lines
+
+    # -- painting ---------------------------------------------------------------------------
+
+    def _style_map(self) -> dict[str | None, Style]:
+        if self._styles is None:
+            base = self.rich_style
+            styles: dict[str | None, Style] = {None: base}
+            for role, spec in _PLAIN.items():
+                styles[role] = base + Style.parse(spec)
+            for role in ("border", "warning", "error", *CHART_FIELDS):
+                styles[role] = base + self.get_component_rich_style(f"gpu-panel--{role}",
+                                                                     partial=True)
+            self._styles = styles
+        return self._styles
+
+    def render_line(self, y: int) -> Strip:
+        index = self.scroll_offset.y + y
+        strip = self._strips.get(index)
+        if strip is None:
+            styles = self._style_map()
+            width = self.scrollable_content_region.width or self.size.width
+            if index >= len(self.lines):
+                strip = Strip.blank(width, styles[None])
+            else:
+                base = styles[None]
+                segments = [Segment(text, styles.get(role, base)) for text, role in
+                            self.lines[index]]
+                if width == self._width:  # lines are built exactly this wide
+                    strip = Strip(segments, width)
+                else:
+                    strip = Strip(segments).adjust_cell_length(width, base)
+            self._strips[index] = strip
+        return strip
+
+
+def card_grid_rows(n_gpus: int, columns: int) -> int:
+    return math.ceil(n_gpus / max(1, columns)) if n_gpus else 0
+
+
+__all__ = ["GpuPanel", "changed_span", "split_width"]

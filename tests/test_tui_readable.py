@@ -1,0 +1,174 @@
+"""Acceptance of the readable monitor in a real terminal (tmux), `gputop --demo tour` at
+80x24, 120x40 and 200x60: every active finding's title, evidence and fix can be read in full
+without leaving the monitor (the panel at 120 columns and wider, `f` everywhere), no card line
+is clipped, and a resize lays the screen out again (how fast: benchmarks/bench_tui.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import SLOW, wait_for
+from tests.test_tui_terminal import quit_and_check_shell, start, terminal, wait_for_monitor
+
+__all__ = ["terminal"]  # the fixture, used by name
+pytestmark = pytest.mark.timeout(8 * SLOW)
+
+BORDERS = "│┃"
+STATUS_PART = re.compile(r"(⚠ .*|LOST.*|tensor \d+%|SM act \d+%|tx \S+|P\d+|temp .*|SM \S+.*)")
+
+
+def panel_text(screen: str, title: str) -> list[str]:
+    """The lines inside the bordered box whose top border carries ``title``."""
+    lines = screen.splitlines()
+    top = next(i for i, line in enumerate(lines) if title in line)
+    left = lines[top].index("╭")
+    right = lines[top].index("╮", left)
+    out = []
+    for line in lines[top + 1:]:
+        if line[left:left + 1] == "╰":
+            break
+        out.append(line[left + 1:right])
+    return out
+
+
+def detail_of(lines: list[str]) -> dict[str, str]:
+    """The selected finding's detail, its wrapped sections joined: title, evidence, fix."""
+    text = [line.rstrip().rstrip("▁▂▃▄▅▆▇█ ") for line in lines]
+    sep = next(i for i, line in enumerate(text) if line.strip().startswith("────"))
+    body = text[sep + 1:]
+    sections: dict[str, list[str]] = {"head": [body[0].strip()], "title": [body[1].strip()]}
+    current = "title"
+    for line in body[2:]:
+        stripped = line.strip()
+        for label in ("where", "evidence", "fix", "next"):
+            if stripped.startswith(label + ": "):
+                current = label
+                stripped = stripped[len(label) + 2:]
+                break
+        sections.setdefault(current, []).append(stripped)
+    return {k: " ".join(" ".join(v).split()) for k, v in sections.items()}
+
+
+def assert_detail_complete(lines: list[str], listed: str) -> None:
+    detail = detail_of(lines)
+    assert "…" not in " ".join(detail.values())
+    assert detail["evidence"] and detail["fix"]
+    # The next step closes the detail: seeing it means evidence and fix above are whole.
+    assert detail.get("next"), "\n".join(lines)
+    title = listed.rstrip("…").strip()
+    assert detail["title"].startswith(title), (detail["title"], listed)
+
+
+def listed_findings(lines: list[str]) -> list[str]:
+    """The list's lines (before the separator), each its title."""
+    out = []
+    for line in lines:
+        if line.strip().startswith("────"):
+            break
+        out.append(line)
+    return out
+
+
+def read_every_finding(term, title: str) -> int:
+    """Select each finding in turn; its detail must be complete on screen."""
+    lines = panel_text(term.capture(), title)
+    count = len(listed_findings(lines))
+    assert count >= 3, lines
+    term.keys(*["Up"] * count)  # to the first finding
+    wait_for(lambda: shows_detail_of(panel_text(term.capture(), title), 0), timeout=SLOW)
+    for i in range(count):
+        lines = panel_text(term.capture(), title)
+        row = listed_findings(lines)[i]
+        # The title follows the id and the GPU / pid columns: the longest gap before it.
+        listed = re.split(r"\s{2,}", row.strip())[-1]
+        assert_detail_complete(lines, listed)
+        term.keys("Down")
+        if i + 1 < count:
+            wait_for(lambda i=i: shows_detail_of(panel_text(term.capture(), title), i + 1),
+                     timeout=SLOW)
+    return count
+
+
+def shows_detail_of(lines: list[str], i: int) -> bool:
+    """The detail is the one of the list's ``i``-th finding."""
+    try:
+        listed = re.split(r"\s{2,}", listed_findings(lines)[i].strip())[-1]
+        return detail_of(lines)["title"].startswith(listed.rstrip("…").strip())
+    except (IndexError, StopIteration, KeyError):
+        return False
+
+
+def findings_screen(screen: str) -> list[str]:
+    """The `f` screen's lines between its title line and its footer."""
+    return [line[1:] for line in screen.splitlines()[1:-1]]
+
+
+def assert_cards_whole(screen: str) -> None:
+    """Every line of a card ends on its border, and its footer has whole parts only."""
+    lines = screen.splitlines()
+    for top, line in enumerate(lines):
+        if "─  " not in line and "━  " not in line:
+            continue
+        corners = [m.start() for m in re.finditer("[╮┓]", line)]
+        if not corners:
+            continue
+        bottom = next(i for i in range(top + 1, len(lines)) if lines[i][:1] in "╰┗")
+        for row in lines[top + 1:bottom]:
+            for col in corners:
+                assert row[col:col + 1] in BORDERS, (row, col)
+        starts = [m.start() for m in re.finditer("[╭┏]", line)]
+        for left, right in zip(starts, corners):
+            footer = lines[bottom - 1][left + 1:right].strip()
+            for part in footer.split("  "):
+                if part:
+                    assert STATUS_PART.fullmatch(part.strip()), f"cut part {part!r}"
+
+
+def test_findings_readable_and_cards_whole_at_every_size(terminal):
+    term = terminal(80, 24)
+    proc = start(term)
+    wait_for_monitor(term)
+    # At 80x24: a banner names the worst finding and f shows them all.
+    wait_for(lambda: "f: read them" in term.capture() and "findings:" in term.capture(),
+             timeout=2 * SLOW)
+    # Let the tour's findings raise (they hold for 4 s first).
+    wait_for(lambda: re.search(r"[6-9] findings:", term.capture()), timeout=2 * SLOW)
+    term.keys("f")
+    wait_for(lambda: "Esc back" in term.capture(), timeout=SLOW)
+    screen = term.capture()
+    assert "findings (" in screen
+    count = len(listed_findings(findings_screen(screen)))
+    assert count >= 6
+    term.keys(*["Up"] * count)  # to the first finding
+    wait_for(lambda: shows_detail_of(findings_screen(term.capture()), 0), timeout=SLOW)
+    for i in range(count):
+        lines = findings_screen(term.capture())
+        row = listed_findings(lines)[i]
+        listed = re.split(r"\s{2,}", row.strip())[-1]
+        assert_detail_complete(lines, listed)
+        term.keys("Down")
+        if i + 1 < count:
+            wait_for(lambda i=i: shows_detail_of(findings_screen(term.capture()), i + 1),
+                     timeout=SLOW)
+    term.keys("Escape")
+    wait_for(lambda: "f: read them" in term.capture(), timeout=SLOW)
+
+    for width, height in ((120, 40), (200, 60)):
+        term.tmux("resize-window", "-t", "main", "-x", str(width), "-y", str(height))
+
+        def laid_out(width=width, height=height) -> bool:
+            lines = term.capture().splitlines()
+            return (len(lines) == height and "q Quit" in lines[-1]
+                    and any("─ findings (" in line for line in lines)
+                    and (width < 160 or any(len(line.rstrip()) > width - 10
+                                            for line in lines[2:12])))
+
+        wait_for(laid_out, timeout=SLOW)
+        assert_cards_whole(term.capture())
+        term.keys("Tab")  # the findings panel takes the keys
+        wait_for(lambda: "╭─ findings (" in term.capture(), timeout=SLOW)
+        read_every_finding(term, "─ findings (")
+        term.keys("Tab")
+    quit_and_check_shell(term, proc)
