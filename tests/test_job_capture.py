@@ -21,6 +21,7 @@ from gputop.agent.client import AgentError, agent_status
 from gputop.agent.jobs import find_job
 from tests.conftest import REPO, SLOW, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world, running
+from tests.test_tui_terminal import start, terminal  # noqa: F401 (the fixture)
 from tests.tui_data import screen_text
 
 pytest.importorskip("torch")
@@ -236,3 +237,43 @@ def test_the_monitor_shows_one_job_row_and_p_on_it_compares_the_ranks(world, slo
             assert "waiting for a late rank" in shown  # the bars' legend
 
     asyncio.run(drive())
+
+
+def shown_on(term, *texts: str, timeout: float = SLOW) -> str:
+    """The terminal's screen once it shows every one of ``texts``; on failure, the screen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = term.capture()
+        if all(t in screen for t in texts):
+            return screen
+        assert time.monotonic() < deadline, f"{texts} not shown within {timeout} s:\n{screen}"
+        time.sleep(0.1)
+
+
+def test_in_a_terminal_the_job_row_and_p_on_it(world, slow_job, terminal):  # noqa: F811
+    """The acceptance run: `gputop` in tmux on the 4-rank job shows one job row with its 4 ranks;
+    `p` on the job row shows the cross-rank screen (bars per rank, the straggler, its cause)."""
+    env = {k: world[k] for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR", "XDG_STATE_HOME")}
+    term = terminal(160, 50, **env)
+    proc = start(term, "")
+    shown_on(term, "▾ job: 4 ranks", timeout=2 * SLOW)
+    screen = term.capture()
+    assert screen.count("▾ job: ") == 1, screen
+    assert all(f"rank {r} " in screen for r in range(4)), screen
+    term.keys("Home")  # the cursor (›) on the job row
+    wait_for(lambda: any(line.lstrip().startswith("›") and "▾ job: " in line
+                         for line in term.capture().splitlines()), timeout=SLOW, interval=0.1)
+    pressed = time.monotonic()
+    term.keys("p")
+    shown_on(term, "straggler rank 2", timeout=3 * SLOW)
+    shown = time.monotonic() - pressed  # reported, not asserted: bench_ranks.py measures it
+    shown_on(term, "dataloader-stall")
+    screen = term.capture()
+    assert "waiting for a late rank" in screen, screen  # the bars' legend
+    assert all(f"rank {r}" in screen for r in range(4)), screen
+    print(f"cross-rank screen {shown:.1f} s after p (3 steps)")
+    term.keys("Escape")
+    shown_on(term, "▾ job: ")
+    term.keys("q")
+    proc.wait(timeout=SLOW)
+    wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW)

@@ -124,7 +124,8 @@ def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
     sm = [p.sm_util for p in procs if p.sm_util is not None]
     rates = [r.steps_per_s for r in job.ranks if r.steps_per_s is not None]
     waits = [r.dataloader_wait_share for r in job.ranks if r.dataloader_wait_share is not None]
-    what = [f"job {job.job_id[:48]}", f"{len(job.ranks)} ranks"
+    # What differs between jobs first: the id is long and goes last, where a narrow column cuts.
+    what = [f"job: {len(job.ranks)} ranks"
             + (f" of {job.world_size}" if job.world_size and job.world_size != len(job.ranks)
                else "")]
     if rates:
@@ -135,6 +136,7 @@ def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
                     else f"DataLoader wait {lo:.0f}-{hi:.0f}%")
     if job.missing_local_ranks:
         what.append(f"{len(job.missing_local_ranks)} not reachable")
+    what.append(job.job_id[:48])
     return {
         "gpu": _gpu_text(gpus),
         "pid": str(job.launcher_pid) if job.launcher_pid else "",
