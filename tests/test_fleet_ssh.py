@@ -282,8 +282,10 @@ def test_fleet_app_under_pilot(cluster):
             assert "\\x1b[2J" in screen and "\x1b" not in screen and "\u202e" not in screen
             await pilot.press("home", "enter")
             await _until(pilot, lambda: isinstance(app.screen, NodeScreen)
-                         and len(app.screen.rows) == 2 and app.screen.table.row_count > 0)
+                         and len(app.screen.gpu_panel.gpus) == 2 and app.screen.table.row_count > 0)
             assert "node-hot" in screen_text(app) and "simulated: throttled" in screen_text(app)
+            name = app.screen.gpu_panel.gpus[1].name[:22]
+            await _until(pilot, lambda: f" 1 {name}" in screen_text(app))  # a line per GPU
             await pilot.press("escape")
             await _until(pilot, lambda: not isinstance(app.screen, NodeScreen))
             await pilot.press("down", "down")

@@ -241,8 +241,12 @@ class FindingsView(ScrollView, can_focus=True):
         """Scroll so the selected finding's detail is in view, with as much of the list
         above it as fits (the detail is what the reader came for)."""
         height = self.scrollable_content_region.height or self.size.height
-        # The end of the detail on the last line when it does not all fit.
-        self.scroll_to(y=max(0, len(self.lines) - height), animate=False, immediate=True)
+        # The end of the detail on the last line when it all fits below some of the list; a
+        # detail taller than the view starts at its top (its severity, id and title), the rest
+        # a scroll away: the end alone said neither what the finding is nor what it is about.
+        detail = len(self.findings) + 1 if self.findings else 0
+        self.scroll_to(y=max(0, min(len(self.lines) - height, detail)), animate=False,
+                       immediate=True)
 
     def on_click(self, event: events.Click) -> None:
         index = self.scroll_offset.y + event.y
@@ -270,9 +274,12 @@ class FindingsView(ScrollView, can_focus=True):
         self._key = key
         lines, _ = findings_lines(self.findings, self.notes, self.selected, width)
         self._strips = {}
-        if len(lines) != len(self.lines):
+        grown = len(lines) != len(self.lines)
+        if grown:
             self.virtual_size = Size(width, len(lines))
         self.lines = lines
+        if grown:  # a finding raised or cleared, or the detail rewrapped: keep it in view
+            self.show_selected()
         self.refresh()
 
     def _style_map(self) -> dict[str | None, Style]:

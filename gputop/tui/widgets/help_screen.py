@@ -19,7 +19,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("t", "DataLoader workers as a tree / flat list"),
     ("Enter", "process view: CPU, workers' CPU, GPU memory"),
     ("k", "send SIGTERM to the process (asks first)"),
-    ("p", "capture 3 steps (agent) or sample Python stacks"),
+    ("p", "capture 3 steps (all ranks of a job) or Python stacks"),
     ("f", "findings: every one, the selected one in full"),
     ("Tab", "keys to the findings panel (↑ ↓ select) and back"),
     ("?", "this help"),

@@ -9,7 +9,7 @@ import time
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -18,9 +18,10 @@ from gputop.history import History
 from gputop.model import Snapshot
 from gputop.tui.fleet_rows import fleet_findings, state_text
 from gputop.tui.frames import build_frame
+from gputop.tui.layout import CARD_MIN_HEIGHT, Plan
 from gputop.tui.severity import worst_severity
 from gputop.tui.widgets.findings import FindingsPanel
-from gputop.tui.widgets.gpu_row import CompactGpuRow
+from gputop.tui.widgets.gpu_panel import GpuPanel
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.text_line import TextLine
@@ -76,15 +77,16 @@ class NodeScreen(Screen[None]):
         self.seq = -1
         self.view: NodeView | None = None
         self.title_line = TextLine(id="node-title")
-        self.gpu_box = VerticalScroll(id="node-gpus")
+        self.gpu_panel = GpuPanel(id="node-gpus")  # one line per GPU, as the compact monitor
         self.host_panel = HostPanel(id="node-host")
         self.table = ProcessTable(id="node-processes")
         self.findings = FindingsPanel(id="node-findings")
-        self.rows: dict[int, CompactGpuRow] = {}
+        self.gpu_count = -1
+        self.mounted = False
 
     def compose(self) -> ComposeResult:
         yield self.title_line
-        yield self.gpu_box
+        yield self.gpu_panel
         yield self.host_panel
         with Horizontal(id="node-lower"):
             yield self.table
@@ -92,13 +94,13 @@ class NodeScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.mounted = True
         self.table.focus()
 
     def show_view(self, view: NodeView) -> None:
-        """The node's newest state (called by the fleet app on every change). New GPU rows
-        are mounted without waiting: they draw what they were given once they have a size."""
+        """The node's newest state (called by the fleet app on every change)."""
         self.view = view
-        if not self.table.columns:  # the screen is not mounted yet: show it once it is
+        if not self.mounted:  # the screen is not mounted yet: show it once it is
             self.call_after_refresh(self._show_latest)
             return
         self.title_line.set_text(node_title(view, max(20, self.size.width)))
@@ -107,20 +109,16 @@ class NodeScreen(Screen[None]):
             return
         self.seq = view.seq
         self.history.record(snap)
-        indices = [g.index for g in snap.gpus]
-        if indices != list(self.rows):
-            self.gpu_box.remove_children()
-            self.rows = {i: CompactGpuRow(i) for i in indices}
-            self.gpu_box.mount_all(self.rows.values())
-            self.gpu_box.styles.height = min(12, max(1, len(indices)))
+        n = len(snap.gpus)
+        if n != self.gpu_count:
+            self.gpu_count = n
+            lines = min(12, max(1, n))
+            self.gpu_panel.styles.height = lines
+            self.gpu_panel.set_plan(Plan(True, 1, CARD_MIN_HEIGHT, lines, False))
         frame = build_frame(self.history, snap, CHART_WINDOW_S, view.seq)
         findings = fleet_findings([view]) if view.live else []
-        marks = worst_severity(findings, lambda f: f.gpu)
-        for gpu in snap.gpus:
-            row = self.rows.get(gpu.index)
-            if row is not None:
-                row.update_gpu(gpu, frame.gpu_series.get(gpu.index, {}), frame.start, frame.end)
-                row.mark(marks.get(gpu.index))
+        self.gpu_panel.show(snap.gpus, frame.gpu_series, frame.start, frame.end)
+        self.gpu_panel.set_marks(worst_severity(findings, lambda f: f.gpu))
         self.host_panel.update_host(snap.host)
         self.table.update_snapshot(snap)
         self.table.set_marks(worst_severity(findings, lambda f: f.pid))
