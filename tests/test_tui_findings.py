@@ -188,3 +188,39 @@ async def test_findings_panel_scrolls_when_they_do_not_fit():
         app.findings.select(29)  # the last one: the view follows the selection
         await until(pilot, lambda: "contention" in screen_text(app))
         assert "findings (30)" in screen_text(app)
+
+
+def test_the_list_keeps_its_order_while_the_same_findings_stay_active():
+    """Costs move every tick; the lines must not swap under the cursor until one raises or
+    clears."""
+    from textual.app import App
+
+    from gputop.tui.widgets.findings import FindingsView
+
+    def finding(fid: str, gpu: int, cost: float) -> Finding:
+        return Finding(id=fid, severity="warning", title=f"{fid} on GPU {gpu}", evidence="e",
+                       fix="f", next_step="", gpu=gpu, cost_s=cost)
+
+    class One(App):
+        def compose(self):
+            yield FindingsView()
+
+    async def drive() -> None:
+        app = One()
+        async with app.run_test(size=(100, 20)) as pilot:
+            view = app.query_one(FindingsView)
+            view.update_findings([finding("host-sync", 1, 2.0), finding("throttling", 2, 1.0)])
+            view.select(1)
+            # The costs swap: the order and the selection stay.
+            view.update_findings([finding("throttling", 2, 3.0), finding("host-sync", 1, 0.5)])
+            assert [f.id for f in view.findings] == ["host-sync", "throttling"]
+            assert view.findings[view.selected].id == "throttling"
+            # A new finding: sorted as given, the selection still on its finding.
+            view.update_findings([finding("throttling", 2, 3.0), finding("contention", 5, 2.0),
+                                  finding("host-sync", 1, 0.5)])
+            assert [f.id for f in view.findings] == ["throttling", "contention", "host-sync"]
+            assert view.findings[view.selected].id == "throttling"
+            await pilot.pause()
+            assert "throttling on GPU 2" in view.text.plain
+
+    asyncio.run(drive())

@@ -210,8 +210,14 @@ class FindingsView(ScrollView, can_focus=True):
     def update_findings(self, findings: Sequence, notes: Mapping[tuple, str] | None = None
                         ) -> None:
         """Show ``findings`` (most important first), each with its note if it has one; the
-        selection follows its finding when the order changes."""
-        self.findings = list(findings)
+        selection follows its finding when the order changes. While the same findings stay
+        active their order stays too: costs move every tick, and a list whose lines swap
+        places under the cursor cannot be read; it is sorted again when one raises or clears."""
+        findings = list(findings)
+        shown = {finding_key(f): n for n, f in enumerate(self.findings)}
+        if len(shown) == len(findings) and all(finding_key(f) in shown for f in findings):
+            findings.sort(key=lambda f: shown[finding_key(f)])
+        self.findings = findings
         if notes is not None:
             self.notes = dict(notes)
         keys = [finding_key(f) for f in self.findings]
@@ -255,6 +261,7 @@ class FindingsView(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._rebuild()
+        self.show_selected()  # the panel grows or shrinks with the list: keep the detail in view
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
