@@ -147,15 +147,16 @@ def _raised(path, finding: str) -> dict | None:
 
 
 def test_the_same_job_without_the_slow_rank_has_no_straggler(world):
-    """With the machine's cores busy with other work, the OS scheduler can hold one rank back
-    for a whole short capture: that rank really is late then. A balanced job must come out
-    clean in two of three captures."""
+    """Four ranks on two cores, busy with other work too: the OS scheduler can hold one rank
+    back for a whole short capture, and that rank really is late then (at load 4.5, 1 capture
+    in 8 had a rank last in all 3 steps, ~11 ms late, "slower compute"). A balanced job must
+    come out clean in two captures before three name a straggler."""
     with running(start_job(world)) as job:
         wait_for_ranks(job.pid)
         # Any rank names the job, as its launcher does.
         rank1 = next(r.pid for r in find_job(job.pid).ranks if r.rank == 1)
         clean, blamed = 0, []
-        while clean < 2 and len(blamed) < 2:
+        while clean < 2 and len(blamed) < 3:
             code, data, err = capture(world, rank1)
             assert code == 0, err
             assert len(data["traces"]) == 4 and data["aligned"] is True
