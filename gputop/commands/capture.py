@@ -14,15 +14,6 @@ import threading
 import time
 from typing import Any
 
-from gputop.agent.client import (
-    AgentConnection,
-    AgentError,
-    agent_status,
-    check_reply,
-    checked_trace_reply,
-    partial_note,
-    trace_limits,
-)
 from gputop.errors import UsageError
 from gputop.format import safe_text
 
@@ -147,6 +138,8 @@ class _Progress:
             print("\r\033[K", end="", file=sys.stderr, flush=True)
 
     def _loop(self) -> None:
+        from gputop.agent.client import agent_status
+
         started = time.monotonic()
         while not self._stop.wait(0.25):
             status = agent_status(self.pid, timeout=0.3)
@@ -167,6 +160,8 @@ class _Progress:
 
 def _capture(pid: int, message: dict[str, Any], show_progress: bool) -> dict[str, Any]:
     """Send the request and wait for the trace; any failure is a one-line UsageError."""
+    from gputop.agent.client import AgentConnection, AgentError, check_reply, checked_trace_reply
+
     wait = message["timeout"] + _REPLY_MARGIN_S
     try:
         with AgentConnection(pid, timeout=5.0) as conn, _Progress(pid, show_progress):
@@ -238,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
         from gputop.commands import capture_job
 
         return capture_job.run(args, pid)
+    from gputop.agent.client import partial_note, trace_limits
+
     message = _request(args)
     reply = _capture(pid, message, show_progress=True)
     note = partial_note(reply)

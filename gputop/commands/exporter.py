@@ -10,7 +10,7 @@ from gputop.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from gputop.exporter.server import DEFAULT_LISTEN
+    from gputop.exporter import DEFAULT_LISTEN
 
     p = sub.add_parser(
         "exporter",

@@ -28,7 +28,6 @@ from prometheus_client.registry import CollectorRegistry
 
 from gputop.errors import UsageError
 
-DEFAULT_LISTEN = "127.0.0.1:9835"
 REQUEST_TIMEOUT_S = 10.0
 LANDING = (b"<html><head><title>gputop exporter</title></head><body><h1>gputop exporter</h1>"
            b"<p><a href='/metrics'>/metrics</a></p></body></html>\n")
