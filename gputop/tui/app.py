@@ -24,6 +24,7 @@ import asyncio
 import gc
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,7 +64,6 @@ from gputop.tui.widgets.header import StatusHeader
 from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
-from gputop.tui.widgets.process_view import ProcessScreen
 from gputop.tui.widgets.text_line import TextLine
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
@@ -90,6 +90,13 @@ def where_finder(auto_capture: bool) -> WhereFinder | None:
     if find_py_spy() is None:
         return None
     return WhereFinder(ids_without_agent=STALL_IDS if auto_capture else ())
+
+
+def showing_process(screen) -> bool:
+    """Whether ``screen`` is a process's screen (Enter). Its module, and numpy with it, is
+    imported on first use: before that no screen can be one."""
+    module = sys.modules.get("gputop.tui.widgets.process_view")
+    return module is not None and isinstance(screen, module.ProcessScreen)
 
 
 def home_short(path: str) -> str:
@@ -389,7 +396,7 @@ class GputopApp(App[int]):
         self._render_gpus(frame)
         self.table.update_snapshot(snap)
         self._render_findings(frame)
-        if isinstance(self.screen, ProcessScreen):
+        if showing_process(self.screen):
             self.screen.update_frame(frame)
 
     def _render_gpus(self, frame: Frame) -> None:
@@ -533,8 +540,10 @@ class GputopApp(App[int]):
 
     def action_open_process(self) -> None:
         pid = self._selected_pid(training=True)
-        if pid is None or isinstance(self.screen, ProcessScreen):
+        if pid is None or showing_process(self.screen):
             return
+        from gputop.tui.widgets.process_view import ProcessScreen  # on first use: start-up
+
         screen = ProcessScreen(pid)
         self.feed.focus_pid = pid
         self.push_screen(screen, callback=lambda _: self._left_process_view())
