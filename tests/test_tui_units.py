@@ -248,3 +248,27 @@ def test_charts_of_one_gpu_binned_together_match_one_by_one():
         one = [chart_rows(t, v, start, end, m, width=width, height=h)
                for v, m, h in zip(values, vmaxes, heights)]
         assert many == one
+
+
+@pytest.mark.parametrize("limit", [0.0, 100.0])
+@pytest.mark.parametrize("width, height", [(1, 1), (17, 1), (17, 2), (30, 4)])
+def test_rows_without_samples_match_the_chart_drawn_from_no_data(limit, width, height):
+    """The first frame draws its charts without numpy: the same rows as chart_rows, and as
+    chart_rows_many, draws for empty series."""
+    from gputop.tui.widgets.chart import chart_rows, chart_rows_many
+    from gputop.tui.widgets.gpu_panel import no_data_rows
+
+    empty = np.zeros(0)
+    expected = chart_rows(empty, empty, 0.0, 60.0, limit, width=width, height=height)
+    assert no_data_rows(limit, width, height) == expected
+    assert chart_rows_many(empty, [empty], 0.0, 60.0, [limit], width=width,
+                           heights=[height]) == [expected]
+
+
+def test_first_frame_needs_no_history():
+    from gputop.tui.frames import first_frame
+
+    snap = scenario_snapshots("tour", 1)[0]
+    frame = first_frame(snap, 60.0, 1)
+    assert frame.end == snap.time and frame.start == snap.time - 60.0
+    assert not frame.gpu_series and frame.findings == ()
