@@ -22,7 +22,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -206,6 +206,7 @@ class FindingsView(ScrollView, can_focus=True):
         self._strips: dict[int, Strip] = {}
         self._styles: dict[str | None, Style] | None = None
         self._key: tuple | None = None
+        self._width = 0
 
     def update_findings(self, findings: Sequence, notes: Mapping[tuple, str] | None = None
                         ) -> None:
@@ -269,11 +270,23 @@ class FindingsView(ScrollView, can_focus=True):
             return
         self._key = key
         lines, _ = findings_lines(self.findings, self.notes, self.selected, width)
-        self._strips = {}
-        if len(lines) != len(self.lines):
+        old, self.lines = self.lines, lines
+        if len(lines) != len(old) or width != self._width:
+            self._width = width
+            self._strips = {}
             self.virtual_size = Size(width, len(lines))
-        self.lines = lines
-        self.refresh()
+            self.refresh()
+            return
+        # New numbers in the evidence: repaint the lines that changed, not the whole view.
+        scroll_y, height = self.scroll_offset.y, self.size.height
+        regions = []
+        for y, (before, after) in enumerate(zip(old, lines)):
+            if before != after:
+                self._strips.pop(y, None)
+                if scroll_y <= y < scroll_y + height:
+                    regions.append(Region(0, y - scroll_y, width, 1))
+        if regions:
+            self.refresh(*regions)
 
     def _style_map(self) -> dict[str | None, Style]:
         if self._styles is None:

@@ -221,6 +221,7 @@ class GpuPanel(ScrollView, can_focus=False):
             return
         scroll_y = self.scroll_offset.y
         visible = range(scroll_y, scroll_y + self.size.height)
+        regions = []
         for y, (old, new) in enumerate(zip(self.lines, lines)):
             if old == new:
                 continue
@@ -229,8 +230,10 @@ class GpuPanel(ScrollView, can_focus=False):
                 span = changed_span(old, new)
                 start, end = span if span is not None else (0, width)
                 if end > start:
-                    self.refresh(Region(start, y - scroll_y, end - start, 1))
+                    regions.append(Region(start, y - scroll_y, end - start, 1))
         self.lines = lines
+        if regions:
+            self.refresh(*regions)  # one call: each call walks up to the screen
 
     # -- painting ---------------------------------------------------------------------------
 
