@@ -252,6 +252,13 @@ class FindingsView(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._rebuild()
+        self._set_virtual_size()
+
+    def _set_virtual_size(self) -> None:
+        """The lines, but never less than the view: a new virtual size lays out the whole
+        screen again; while the lines fit, one more or less changes nothing else."""
+        width = self.scrollable_content_region.width or self.size.width
+        self.virtual_size = Size(width, max(len(self.lines), self.size.height))
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -274,7 +281,7 @@ class FindingsView(ScrollView, can_focus=True):
         if len(lines) != len(old) or width != self._width:
             self._width = width
             self._strips = {}
-            self.virtual_size = Size(width, len(lines))
+            self._set_virtual_size()
             self.refresh()
             return
         # New numbers in the evidence: repaint the lines that changed, not the whole view.
