@@ -37,7 +37,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.filter import LineFilter
 from textual.message import Message
-from textual.widgets import Footer, Input
+from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from gputop.diagnostics.live import finding_key
@@ -250,8 +250,7 @@ class GputopApp(App[int]):
                 yield self.capture_line
                 yield self.banner
                 yield self.table
-                yield Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
-                            id="filter")
+                # The filter box (/) is made on first use: start-up.
             yield self.findings
         yield Footer()
 
@@ -500,23 +499,34 @@ class GputopApp(App[int]):
         tree = self.table.toggle_tree()
         self.notify("workers as a tree" if tree else "flat list", timeout=2)
 
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+    def _filter_box(self):
+        """The filter box, if / has made it."""
+        found = self.query("#filter")
+        return found.first() if found else None
+
+    async def action_filter(self) -> None:
+        box = self._filter_box()
+        if box is None:
+            from textual.widgets import Input
+
+            box = Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
+                        id="filter")
+            await self.query_one("#procs", Vertical).mount(box, after=self.table)
         box.display = True
         box.focus()
 
-    def on_input_changed(self, event: Input.Changed) -> None:
+    def on_input_changed(self, event) -> None:
         if event.input.id == "filter":
             self.table.set_filter(event.value)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_input_submitted(self, event) -> None:
         if event.input.id == "filter":
             event.input.display = bool(event.value)
             self.table.focus()
 
     def action_escape(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display:
+        box = self._filter_box()
+        if box is not None and box.display:
             box.value = ""
             box.display = False
             self.table.set_filter("")
