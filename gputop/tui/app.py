@@ -378,6 +378,8 @@ class GputopApp(App[int]):
         started, started_cpu = time.perf_counter(), time.thread_time()
         with self.batch_update():
             self.render_frame(frame)
+        if self.frames_rendered == 1 and isinstance(self.feed, SamplerFeed):
+            self.call_after_refresh(self.feed.first_shown.set)  # sampling goes on
         if self.frame_log.path:
             handler_ms = (time.perf_counter() - started) * 1000.0
             handler_cpu_ms = (time.thread_time() - started_cpu) * 1000.0

@@ -97,6 +97,10 @@ def build_frame(history: History, snapshot: Snapshot, window: float | None, seq:
                  findings)
 
 
+# How long the sampling thread waits for the first frame to be painted before it goes on.
+FIRST_FRAME_WAIT_S = 1.0
+
+
 def first_frame(snapshot: Snapshot, window: float | None, seq: int) -> Frame:
     """The frame of the first sample, before it is recorded: no chart has a point yet (one
     point draws nothing) and no rule has run, so it needs neither the history nor numpy."""
@@ -226,6 +230,9 @@ class SamplerFeed(Feed):
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._requested = False
+        # Set by the app once the first frame is on screen: until then this thread leaves
+        # the interpreter to the interface (recording the first sample loads numpy).
+        self.first_shown = threading.Event()
 
     def request_frame(self) -> None:
         self._requested = True
@@ -234,6 +241,7 @@ class SamplerFeed(Feed):
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self.first_shown.set()
         if self.where is not None:
             self.where.close()
 
@@ -250,6 +258,7 @@ class SamplerFeed(Feed):
         if not self.paused:
             self.latest_seq += 1
             self.post(first_frame(first, self.window, self.latest_seq))
+            self.first_shown.wait(FIRST_FRAME_WAIT_S)
         self.record(first)
         next_tick = time.monotonic() + min(self.interval, 0.3)
         while not self._stop.is_set():
