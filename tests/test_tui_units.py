@@ -272,3 +272,18 @@ def test_first_frame_needs_no_history():
     frame = first_frame(snap, 60.0, 1)
     assert frame.end == snap.time and frame.start == snap.time - 60.0
     assert not frame.gpu_series and frame.findings == ()
+
+
+def test_braille_of_several_charts_in_one_pass_matches_each_chart_drawn_alone():
+    from gputop.tui.widgets.chart import _braille_many, _median
+
+    rng = np.random.default_rng(7)
+    for height in (1, 2, 3):
+        binned = rng.uniform(-5.0, 120.0, (4, 42))
+        binned[rng.random((4, 42)) < 0.2] = np.nan
+        vmaxes = [100.0, 80.0, 0.5, 1e4]
+        assert _braille_many(binned, vmaxes, height) == [
+            braille_lines(row, vmax, height) for row, vmax in zip(binned, vmaxes)]
+    for n in (1, 2, 5, 60):
+        values = rng.uniform(0.0, 3.0, n)
+        assert _median(values) == float(np.median(values))
