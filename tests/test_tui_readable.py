@@ -95,7 +95,10 @@ def shows_detail_of(lines: list[str], i: int) -> bool:
     """The detail is the one of the list's ``i``-th finding."""
     try:
         listed = re.split(r"\s{2,}", listed_findings(lines)[i].strip())[-1]
-        return detail_of(lines)["title"].startswith(listed.rstrip("…").strip())
+        detail = detail_of(lines)
+        # Its title, and scrolled so that it shows to its last section (next): the selection
+        # is drawn a frame before the scroll that brings the rest of a tall detail into view.
+        return detail["title"].startswith(listed.rstrip("…").strip()) and bool(detail.get("next"))
     except (IndexError, StopIteration, KeyError):
         return False
 

@@ -248,3 +248,42 @@ def test_charts_of_one_gpu_binned_together_match_one_by_one():
         one = [chart_rows(t, v, start, end, m, width=width, height=h)
                for v, m, h in zip(values, vmaxes, heights)]
         assert many == one
+
+
+@pytest.mark.parametrize("limit", [0.0, 100.0])
+@pytest.mark.parametrize("width, height", [(1, 1), (17, 1), (17, 2), (30, 4)])
+def test_rows_without_samples_match_the_chart_drawn_from_no_data(limit, width, height):
+    """The first frame draws its charts without numpy: the same rows as chart_rows, and as
+    chart_rows_many, draws for empty series."""
+    from gputop.tui.widgets.chart import chart_rows, chart_rows_many
+    from gputop.tui.widgets.gpu_panel import no_data_rows
+
+    empty = np.zeros(0)
+    expected = chart_rows(empty, empty, 0.0, 60.0, limit, width=width, height=height)
+    assert no_data_rows(limit, width, height) == expected
+    assert chart_rows_many(empty, [empty], 0.0, 60.0, [limit], width=width,
+                           heights=[height]) == [expected]
+
+
+def test_first_frame_needs_no_history():
+    from gputop.tui.frames import first_frame
+
+    snap = scenario_snapshots("tour", 1)[0]
+    frame = first_frame(snap, 60.0, 1)
+    assert frame.end == snap.time and frame.start == snap.time - 60.0
+    assert not frame.gpu_series and frame.findings == ()
+
+
+def test_braille_of_several_charts_in_one_pass_matches_each_chart_drawn_alone():
+    from gputop.tui.widgets.chart import _braille_many, _median
+
+    rng = np.random.default_rng(7)
+    for height in (1, 2, 3):
+        binned = rng.uniform(-5.0, 120.0, (4, 42))
+        binned[rng.random((4, 42)) < 0.2] = np.nan
+        vmaxes = [100.0, 80.0, 0.5, 1e4]
+        assert _braille_many(binned, vmaxes, height) == [
+            braille_lines(row, vmax, height) for row, vmax in zip(binned, vmaxes)]
+    for n in (1, 2, 5, 60):
+        values = rng.uniform(0.0, 3.0, n)
+        assert _median(values) == float(np.median(values))

@@ -74,13 +74,29 @@ class _Tracked:
 
 
 def _ppid_map() -> dict[int, int]:
-    """pid -> parent pid for every process: one pass over /proc (O(all processes))."""
+    """pid -> parent pid for every process: one pass over /proc (O(all processes)), each
+    /proc/PID/stat read with os.read (psutil's own pass opens a file object per process,
+    3x the cost)."""
     try:
-        from psutil._pslinux import ppid_map  # the fast path psutil itself uses on Linux
-
-        return ppid_map()
-    except (ImportError, OSError, AttributeError):
+        names = os.listdir("/proc")
+    except OSError:
+        names = None
+    if names is None or not os.path.exists("/proc/self/stat"):
         return {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"])}
+    out: dict[int, int] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                data = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+            out[int(name)] = int(data[data.rfind(b")") + 2:].split(None, 2)[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not readable
+    return out
 
 
 class HostCollector:

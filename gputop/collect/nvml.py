@@ -84,6 +84,7 @@ class _Device:
     unsupported: set[str] = field(default_factory=set)  # the per-GPU capability cache
     static: dict[str, Any] = field(default_factory=dict)
     gpm_prev: Any = None
+    gpm_spare: Any = None  # the sample before gpm_prev, reused for the next reading
     gpm_checked: bool = False
     proc_util_seen: int = 0
     lost: bool = False
@@ -175,9 +176,10 @@ class NvmlCollector:
             self._pcie_pool.shutdown(wait=True)  # no read may outlive nvmlShutdown
             self._pcie_pool, self._pcie = None, None
         for dev in self.devices:
-            if dev.gpm_prev is not None:
-                self._quiet(pynvml.nvmlGpmSampleFree, dev.gpm_prev)
-                dev.gpm_prev = None
+            for sample in (dev.gpm_prev, dev.gpm_spare):
+                if sample is not None:
+                    self._quiet(pynvml.nvmlGpmSampleFree, sample)
+            dev.gpm_prev = dev.gpm_spare = None
         self._quiet(pynvml.nvmlShutdown)
         self._open = False
 
@@ -328,10 +330,16 @@ class NvmlCollector:
             if support is None or not support.isSupportedDevice:
                 dev.unsupported.add("gpm")
                 return empty
+        # Two sample buffers per GPU, taken in turn (a reading overwrites the older one):
+        # no allocation and free per tick.
+        sample, dev.gpm_spare = dev.gpm_spare, None
         try:
-            sample = pynvml.nvmlGpmSampleAlloc()
+            if sample is None:
+                sample = pynvml.nvmlGpmSampleAlloc()
             pynvml.nvmlGpmSampleGet(dev.handle, sample)
         except pynvml.NVMLError as exc:
+            if sample is not None:
+                self._quiet(pynvml.nvmlGpmSampleFree, sample)
             if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
                 raise _Lost from exc
             dev.unsupported.add("gpm")
@@ -355,7 +363,7 @@ class NvmlCollector:
         except pynvml.NVMLError:
             pass
         finally:
-            self._quiet(pynvml.nvmlGpmSampleFree, prev)
+            dev.gpm_spare = prev
         return result
 
     # -- a tick -------------------------------------------------------------------------------

@@ -10,8 +10,6 @@ import argparse
 import shutil
 import sys
 
-import msgspec
-
 from gputop.errors import UsageError
 
 
@@ -91,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = compare_job(analyses) if len(analyses) >= 2 else []
 
     if args.json:
+        import msgspec
+
         encode = msgspec.json.Encoder().encode
         for a in analyses:
             sys.stdout.write(encode(a.to_json()).decode() + "\n")

@@ -27,8 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from statistics import fmean
 
-import numpy as np
-
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding, order_findings
 from gputop.diagnostics.live_ranks import annotate, rank_imbalance
@@ -79,6 +77,8 @@ def _linear_fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
     """Slope and R^2 of a least-squares line."""
     if len(ts) < 3:
         return 0.0, 0.0
+    import numpy as np  # here: the monitor's first frame comes before numpy is loaded
+
     t = np.asarray(ts, dtype=np.float64) - ts[0]
     y = np.asarray(ys, dtype=np.float64)
     t -= t.mean()

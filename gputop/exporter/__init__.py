@@ -2,4 +2,5 @@
 Prometheus metrics. ``metrics`` builds the metric families (pure), ``sampling`` samples on its
 own thread and publishes them, ``server`` serves them over HTTP(S)."""
 
-DEFAULT_LISTEN = "127.0.0.1:9835"  # localhost only unless told otherwise
+# Here, not in ``server``: `gputop --help` shows it without importing the HTTP server.
+DEFAULT_LISTEN = "127.0.0.1:9835"

@@ -24,6 +24,7 @@ import asyncio
 import gc
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.filter import LineFilter
 from textual.message import Message
-from textual.widgets import Footer, Input
+from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from gputop.diagnostics.live import finding_key
@@ -63,7 +64,6 @@ from gputop.tui.widgets.header import StatusHeader
 from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
 from gputop.tui.widgets.process_table import ProcessTable
-from gputop.tui.widgets.process_view import ProcessScreen
 from gputop.tui.widgets.text_line import TextLine
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
@@ -77,9 +77,12 @@ FINDINGS_PERIOD = 4.9
 
 def freeze_startup_objects() -> None:
     """Move what start-up built (Textual's DOM, styles, modules: ~90 000 objects) out of the
-    garbage collector's sight: each full collection walked them all, ~25 ms every 15 s."""
+    garbage collector's sight: each full collection walked them all, ~25 ms every 15 s. A
+    tick makes a few thousand short-lived containers: with the default threshold (700) that
+    was ~3 young collections a second and a middle one every 4 s; now a tenth as many."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(7000, 10, 10)
 
 
 def where_finder(auto_capture: bool) -> WhereFinder | None:
@@ -90,6 +93,13 @@ def where_finder(auto_capture: bool) -> WhereFinder | None:
     if find_py_spy() is None:
         return None
     return WhereFinder(ids_without_agent=STALL_IDS if auto_capture else ())
+
+
+def showing_process(screen) -> bool:
+    """Whether ``screen`` is a process's screen (Enter). Its module, and numpy with it, is
+    imported on first use: before that no screen can be one."""
+    module = sys.modules.get("gputop.tui.widgets.process_view")
+    return module is not None and isinstance(screen, module.ProcessScreen)
 
 
 def home_short(path: str) -> str:
@@ -243,8 +253,7 @@ class GputopApp(App[int]):
                 yield self.capture_line
                 yield self.banner
                 yield self.table
-                yield Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
-                            id="filter")
+                # The filter box (/) is made on first use: start-up.
             yield self.findings
         yield Footer()
 
@@ -372,6 +381,8 @@ class GputopApp(App[int]):
         started, started_cpu = time.perf_counter(), time.thread_time()
         with self.batch_update():
             self.render_frame(frame)
+        if self.frames_rendered == 1 and isinstance(self.feed, SamplerFeed):
+            self.call_after_refresh(self.feed.first_shown.set)  # sampling goes on
         if self.frame_log.path:
             handler_ms = (time.perf_counter() - started) * 1000.0
             handler_cpu_ms = (time.thread_time() - started_cpu) * 1000.0
@@ -389,7 +400,7 @@ class GputopApp(App[int]):
         self._render_gpus(frame)
         self.table.update_snapshot(snap)
         self._render_findings(frame)
-        if isinstance(self.screen, ProcessScreen):
+        if showing_process(self.screen):
             self.screen.update_frame(frame)
 
     def _render_gpus(self, frame: Frame) -> None:
@@ -493,23 +504,34 @@ class GputopApp(App[int]):
         tree = self.table.toggle_tree()
         self.notify("workers as a tree" if tree else "flat list", timeout=2)
 
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+    def _filter_box(self):
+        """The filter box, if / has made it."""
+        found = self.query("#filter")
+        return found.first() if found else None
+
+    async def action_filter(self) -> None:
+        box = self._filter_box()
+        if box is None:
+            from textual.widgets import Input
+
+            box = Input(placeholder="filter: pid, user or command (Enter keeps, Esc clears)",
+                        id="filter")
+            await self.query_one("#procs", Vertical).mount(box, after=self.table)
         box.display = True
         box.focus()
 
-    def on_input_changed(self, event: Input.Changed) -> None:
+    def on_input_changed(self, event) -> None:
         if event.input.id == "filter":
             self.table.set_filter(event.value)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_input_submitted(self, event) -> None:
         if event.input.id == "filter":
             event.input.display = bool(event.value)
             self.table.focus()
 
     def action_escape(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display:
+        box = self._filter_box()
+        if box is not None and box.display:
             box.value = ""
             box.display = False
             self.table.set_filter("")
@@ -533,8 +555,10 @@ class GputopApp(App[int]):
 
     def action_open_process(self) -> None:
         pid = self._selected_pid(training=True)
-        if pid is None or isinstance(self.screen, ProcessScreen):
+        if pid is None or showing_process(self.screen):
             return
+        from gputop.tui.widgets.process_view import ProcessScreen  # on first use: start-up
+
         screen = ProcessScreen(pid)
         self.feed.focus_pid = pid
         self.push_screen(screen, callback=lambda _: self._left_process_view())

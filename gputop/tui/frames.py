@@ -13,14 +13,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from gputop.diagnostics.findings import Finding
-from gputop.diagnostics.live import LiveDiagnosis
-from gputop.history import History
 from gputop.model import Snapshot
-from gputop.stacks.where import WhereFinder
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from gputop.diagnostics.live import LiveDiagnosis
+    from gputop.history import History
+    from gputop.stacks.where import WhereFinder
 
 # Chart windows selected with keys 1-4, in seconds; None is the whole run.
 WINDOWS: tuple[float | None, ...] = (60.0, 600.0, 3600.0, None)
@@ -28,7 +31,9 @@ WINDOW_NAMES = {60.0: "1 min", 600.0: "10 min", 3600.0: "1 h", None: "whole run"
 # The GPU fields the cards and compact rows chart.
 CHART_FIELDS = ("util_gpu", "mem_used", "power_w", "pcie_rx_mbs")
 
-Points = tuple[np.ndarray, np.ndarray]
+# (times, values) of one series. numpy (and the History) load after the first frame: that
+# frame is drawn from the first sample alone (``first_frame``).
+Points = tuple["np.ndarray", "np.ndarray"]
 
 
 def _frozen(points: Points) -> Points:
@@ -92,6 +97,17 @@ def build_frame(history: History, snapshot: Snapshot, window: float | None, seq:
                  findings)
 
 
+# How long the sampling thread waits for the first frame to be painted before it goes on.
+FIRST_FRAME_WAIT_S = 1.0
+
+
+def first_frame(snapshot: Snapshot, window: float | None, seq: int) -> Frame:
+    """The frame of the first sample, before it is recorded: no chart has a point yet (one
+    point draws nothing) and no rule has run, so it needs neither the history nor numpy."""
+    end = snapshot.time
+    return Frame(seq, snapshot, window, end - (window or 1.0), end, MappingProxyType({}))
+
+
 class FrameLog:
     """Frame times, written off the UI thread (GPUTOP_FRAME_LOG=path): one line per frame with
     the handler's wall time, its CPU time, and the wall time until the frame was on screen
@@ -127,8 +143,10 @@ class Feed:
     def __init__(self, post: Callable[[Frame], None], diagnose: bool = True,
                  where: WhereFinder | None = None) -> None:
         self.post = post
-        self.history = History()
-        self.diagnosis = LiveDiagnosis() if diagnose else None
+        self._history: History | None = None
+        self._history_lock = threading.Lock()
+        self.diagnose = diagnose
+        self.diagnosis: LiveDiagnosis | None = None  # made with the history
         self.where = where  # fills in the findings' "where" line (py-spy, its own thread)
         self.findings: tuple[Finding, ...] = ()
         self.window: float | None = WINDOWS[0]
@@ -136,6 +154,21 @@ class Feed:
         self.paused = False
         self.latest_seq = 0  # the newest frame posted; older ones are stale on arrival
         self._frozen: tuple[Snapshot, tuple[Finding, ...]] | None = None
+
+    @property
+    def history(self) -> History:
+        """Made on first use (it brings numpy in): after the first frame is posted."""
+        if self._history is None:
+            with self._history_lock:
+                if self._history is None:
+                    from gputop.history import History
+
+                    if self.diagnose:
+                        from gputop.diagnostics.live import LiveDiagnosis
+
+                        self.diagnosis = LiveDiagnosis()
+                    self._history = History()
+        return self._history
 
     def record(self, snap: Snapshot) -> None:
         """Keep ``snap`` in the history and update the findings (on the feed's thread)."""
@@ -197,6 +230,9 @@ class SamplerFeed(Feed):
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._requested = False
+        # Set by the app once the first frame is on screen: until then this thread leaves
+        # the interpreter to the interface (recording the first sample loads numpy).
+        self.first_shown = threading.Event()
 
     def request_frame(self) -> None:
         self._requested = True
@@ -205,6 +241,7 @@ class SamplerFeed(Feed):
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self.first_shown.set()
         if self.where is not None:
             self.where.close()
 
@@ -215,9 +252,14 @@ class SamplerFeed(Feed):
     def run(self, sampler, first: Snapshot | None = None) -> None:
         """The sampling loop; returns when ``stop`` is called. ``first``: a sample already
         taken (gputop top samples while the interface loads)."""
-        # The first sample fills the screen at once; CPU rates need a second one, soon after.
-        self.record(first if first is not None else sampler.sample())
-        self._emit()
+        # The first sample fills the screen at once, before anything else is done with it;
+        # CPU rates and charts need a second one, soon after.
+        first = first if first is not None else sampler.sample()
+        if not self.paused:
+            self.latest_seq += 1
+            self.post(first_frame(first, self.window, self.latest_seq))
+            self.first_shown.wait(FIRST_FRAME_WAIT_S)
+        self.record(first)
         next_tick = time.monotonic() + min(self.interval, 0.3)
         while not self._stop.is_set():
             delay = next_tick - time.monotonic()

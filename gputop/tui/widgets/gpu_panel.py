@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region, Size
@@ -31,9 +30,9 @@ from gputop.tui.cards import (
 )
 from gputop.tui.frames import Points
 from gputop.tui.layout import Plan
-from gputop.tui.widgets.chart import chart_rows, chart_rows_many, spark_series
 
-_EMPTY = np.zeros(0)
+# A braille cell with no dot: what a chart row shows where there is no sample.
+_NO_DOTS = chr(0x2800)
 # Roles of cards.py that are plain Rich styles (the rest come from the theme).
 _PLAIN = {"green": "green", "yellow": "yellow", "red": "red", "dim": "dim", "bold": "bold",
           "title": "bold", "warning-bold": "bold yellow", "error-bold": "bold red",
@@ -44,6 +43,16 @@ def split_width(width: int, columns: int) -> list[int]:
     """Card widths across a row: equal, the first ones one cell wider with a remainder."""
     base, extra = divmod(width, max(1, columns))
     return [base + (1 if i < extra else 0) for i in range(columns)]
+
+
+def no_data_rows(limit: float, width: int, height: int) -> list[str]:
+    """The rows ``chart_rows`` draws for a series with no sample yet, without numpy: the
+    first frame (drawn from the first sample, before the history) comes before numpy loads."""
+    if not limit:
+        return ["n/a".center(width)] + [""] * (height - 1)
+    if height == 1:
+        return [" " * width]
+    return [_NO_DOTS * width] * height
 
 
 def changed_span(old: Line, new: Line) -> tuple[int, int] | None:
@@ -126,21 +135,31 @@ class GpuPanel(ScrollView, can_focus=False):
         """The chart rows of one GPU's fields, binned together when they share their times
         (they are recorded together); again only when the data or the geometry changed."""
         series = self.series.get(gpu.index, {})
-        points = [series.get(field, (_EMPTY, _EMPTY)) for field in CHART_FIELDS]
+        points = [series.get(field) for field in CHART_FIELDS]
         limits = [self._limits.get((gpu.index, field)) or 0.0 for field in CHART_FIELDS]
         start, end = self.span
-        key = (tuple((len(t), float(t[-1]) if len(t) else None, float(v[-1]) if len(v) else None)
-                     for t, v in points), start, end, tuple(limits), width, tuple(heights))
+        key = (tuple((0, None, None) if p is None or not len(p[0]) else
+                     (len(p[0]), float(p[0][-1]), float(p[1][-1]) if len(p[1]) else None)
+                     for p in points), start, end, tuple(limits), width, tuple(heights))
         cached = self._charts.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        t0 = points[0][0]
-        if all(len(t) == len(t0) and (t is t0 or np.array_equal(t, t0)) for t, _ in points):
-            rows = chart_rows_many(t0, [v for _, v in points], start, end, limits,
-                                   width=width, heights=heights)
+        if all(k[0] == 0 for k in key[0]):  # no sample yet: no numpy needed
+            rows = [no_data_rows(m, width, h) for m, h in zip(limits, heights)]
         else:
-            rows = [chart_rows(t, v, start, end, m, width=width, height=h)
-                    for (t, v), m, h in zip(points, limits, heights)]
+            import numpy as np
+
+            from gputop.tui.widgets.chart import chart_rows, chart_rows_many
+
+            empty = np.zeros(0)
+            points = [p if p is not None else (empty, empty) for p in points]
+            t0 = points[0][0]
+            if all(len(t) == len(t0) and (t is t0 or np.array_equal(t, t0)) for t, _ in points):
+                rows = chart_rows_many(t0, [v for _, v in points], start, end, limits,
+                                       width=width, heights=heights)
+            else:
+                rows = [chart_rows(t, v, start, end, m, width=width, height=h)
+                        for (t, v), m, h in zip(points, limits, heights)]
         charts = dict(zip(CHART_FIELDS, rows))
         self._charts[gpu.index] = (key, charts)
         return charts
@@ -156,9 +175,14 @@ class GpuPanel(ScrollView, can_focus=False):
             for gpu in self.gpus:
                 sparks = {}
                 for field in ("util_gpu", "mem_used", "power_w", "pcie_rx_mbs"):
-                    t, v = self.series.get(gpu.index, {}).get(field, (_EMPTY, _EMPTY))
+                    points = self.series.get(gpu.index, {}).get(field)
+                    if points is None or not len(points[0]):
+                        sparks[field] = " " * spark_width  # no sample yet
+                        continue
+                    from gputop.tui.widgets.chart import spark_series
+
                     limit = self._limits.get((gpu.index, field)) or 0.0
-                    sparks[field] = spark_series(t, v, start, end, limit, spark_width)
+                    sparks[field] = spark_series(*points, start, end, limit, spark_width)
                 out.append(compact_pieces(gpu, sparks, width, spark_width))
             return out
         columns = max(1, plan.columns)
@@ -197,6 +221,7 @@ class GpuPanel(ScrollView, can_focus=False):
             return
         scroll_y = self.scroll_offset.y
         visible = range(scroll_y, scroll_y + self.size.height)
+        regions = []
         for y, (old, new) in enumerate(zip(self.lines, lines)):
             if old == new:
                 continue
@@ -205,8 +230,10 @@ class GpuPanel(ScrollView, can_focus=False):
                 span = changed_span(old, new)
                 start, end = span if span is not None else (0, width)
                 if end > start:
-                    self.refresh(Region(start, y - scroll_y, end - start, 1))
+                    regions.append(Region(start, y - scroll_y, end - start, 1))
         self.lines = lines
+        if regions:
+            self.refresh(*regions)  # one call: each call walks up to the screen
 
     # -- painting ---------------------------------------------------------------------------
 

@@ -206,7 +206,7 @@ class ProcessTable(ScrollView, can_focus=True):
             self.cursor = max(0, min(self.cursor, len(order) - 1))
             self._texts = {}
             self._strips = {}
-            self.virtual_size = Size(self.size.width, len(order) + 1)
+            self._set_virtual_size()
             self.refresh()
             return
         for index, key in enumerate(order):
@@ -227,7 +227,13 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._layout()
-        self.virtual_size = Size(self.size.width, len(self.order) + 1)
+        self._set_virtual_size()
+
+    def _set_virtual_size(self) -> None:
+        """Rows and the header, but never less than the view: a new virtual size lays out the
+        whole screen again, and while the rows fit, a row that comes or goes changes
+        nothing but the rows."""
+        self.virtual_size = Size(self.size.width, max(len(self.order) + 1, self.size.height))
 
     def notify_style_update(self) -> None:
         super().notify_style_update()

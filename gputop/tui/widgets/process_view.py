@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,8 +20,10 @@ from gputop.tui.widgets.chart import BrailleChart
 from gputop.tui.widgets.text_line import TextLine
 
 
-def cpu_ceiling(values: np.ndarray) -> float:
+def cpu_ceiling(values) -> float:
     """CPU charts top out at whole cores (100 % each), the fewest that hold the data."""
+    import numpy as np
+
     finite = values[~np.isnan(values)] if len(values) else values
     peak = float(finite.max()) if len(finite) else 0.0
     return 100.0 * max(1, math.ceil(peak / 100.0))
