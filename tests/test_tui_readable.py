@@ -6,6 +6,7 @@ is clipped, and a resize lays the screen out again (how fast: benchmarks/bench_t
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -51,14 +52,45 @@ def detail_of(lines: list[str]) -> dict[str, str]:
     return {k: " ".join(" ".join(v).split()) for k, v in sections.items()}
 
 
-def assert_detail_complete(lines: list[str], listed: str) -> None:
+def assert_detail_complete(lines: list[str]) -> None:
     detail = detail_of(lines)
     assert "…" not in " ".join(detail.values())
-    assert detail["evidence"] and detail["fix"]
+    assert detail["title"] and detail["evidence"] and detail["fix"]
     # The next step closes the detail: seeing it means evidence and fix above are whole.
     assert detail.get("next"), "\n".join(lines)
-    title = listed.rstrip("…").strip()
-    assert detail["title"].startswith(title), (detail["title"], listed)
+
+
+def detail_head(lines: list[str]) -> str | None:
+    """The selected finding's head line (severity, id, GPU / pid) once its detail shows whole
+    (down to its next step), else None."""
+    try:
+        detail = detail_of(lines)
+    except (StopIteration, IndexError):
+        return None
+    return detail["head"] if detail.get("title") and detail.get("next") else None
+
+
+def read_all(term, grab, count: int) -> None:
+    """Select each of ``count`` findings in turn, from the first; each one's detail must show
+    whole. Findings are told apart by their detail's head, not by list position: the list
+    scrolls when the list and a tall detail do not both fit."""
+    term.keys(*["Up"] * count)  # to the first finding
+
+    def settled() -> str | None:
+        first = detail_head(grab())
+        time.sleep(0.5)
+        return first if first is not None and detail_head(grab()) == first else None
+
+    head = wait_for(settled, timeout=SLOW)
+    seen = [head]
+    assert_detail_complete(grab())
+    for _ in range(count - 1):
+        term.keys("Down")
+        head = wait_for(lambda prev=head: (h := detail_head(grab())) is not None and h != prev
+                        and h, timeout=SLOW)
+        assert_detail_complete(grab())
+        seen.append(head)
+    assert len(set(seen)) == count, seen
 
 
 def listed_findings(lines: list[str]) -> list[str]:
@@ -72,35 +104,11 @@ def listed_findings(lines: list[str]) -> list[str]:
 
 
 def read_every_finding(term, title: str) -> int:
-    """Select each finding in turn; its detail must be complete on screen."""
-    lines = panel_text(term.capture(), title)
-    count = len(listed_findings(lines))
-    assert count >= 3, lines
-    term.keys(*["Up"] * count)  # to the first finding
-    wait_for(lambda: shows_detail_of(panel_text(term.capture(), title), 0), timeout=SLOW)
-    for i in range(count):
-        lines = panel_text(term.capture(), title)
-        row = listed_findings(lines)[i]
-        # The title follows the id and the GPU / pid columns: the longest gap before it.
-        listed = re.split(r"\s{2,}", row.strip())[-1]
-        assert_detail_complete(lines, listed)
-        term.keys("Down")
-        if i + 1 < count:
-            wait_for(lambda i=i: shows_detail_of(panel_text(term.capture(), title), i + 1),
-                     timeout=SLOW)
+    """Select each finding of the panel in turn; its detail must be complete on screen."""
+    count = len(listed_findings(panel_text(term.capture(), title)))
+    assert count >= 3
+    read_all(term, lambda: panel_text(term.capture(), title), count)
     return count
-
-
-def shows_detail_of(lines: list[str], i: int) -> bool:
-    """The detail is the one of the list's ``i``-th finding."""
-    try:
-        listed = re.split(r"\s{2,}", listed_findings(lines)[i].strip())[-1]
-        detail = detail_of(lines)
-        # Its title, and scrolled so that it shows to its last section (next): the selection
-        # is drawn a frame before the scroll that brings the rest of a tall detail into view.
-        return detail["title"].startswith(listed.rstrip("…").strip()) and bool(detail.get("next"))
-    except (IndexError, StopIteration, KeyError):
-        return False
 
 
 def findings_screen(screen: str) -> list[str]:
@@ -140,21 +148,9 @@ def test_findings_readable_and_cards_whole_at_every_size(terminal):
     wait_for(lambda: re.search(r"[6-9] findings:", term.capture()), timeout=2 * SLOW)
     term.keys("f")
     wait_for(lambda: "Esc back" in term.capture(), timeout=SLOW)
-    screen = term.capture()
-    assert "findings (" in screen
-    count = len(listed_findings(findings_screen(screen)))
+    count = int(re.search(r"findings \((\d+)\)", term.capture()).group(1))
     assert count >= 6
-    term.keys(*["Up"] * count)  # to the first finding
-    wait_for(lambda: shows_detail_of(findings_screen(term.capture()), 0), timeout=SLOW)
-    for i in range(count):
-        lines = findings_screen(term.capture())
-        row = listed_findings(lines)[i]
-        listed = re.split(r"\s{2,}", row.strip())[-1]
-        assert_detail_complete(lines, listed)
-        term.keys("Down")
-        if i + 1 < count:
-            wait_for(lambda i=i: shows_detail_of(findings_screen(term.capture()), i + 1),
-                     timeout=SLOW)
+    read_all(term, lambda: findings_screen(term.capture()), count)
     term.keys("Escape")
     wait_for(lambda: "f: read them" in term.capture(), timeout=SLOW)
 
