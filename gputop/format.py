@@ -42,6 +42,17 @@ def mbs_h(mbs: float | None) -> str:
     return f"{mbs / 1000:.1f}G" if mbs >= 1000 else f"{mbs:.0f}M"
 
 
+def ms_h(x_ms: float) -> str:
+    """A duration given in milliseconds, in the unit that reads best (s, ms, us)."""
+    if x_ms >= 10_000:
+        return f"{x_ms / 1e3:.1f} s"
+    if x_ms >= 100:
+        return f"{x_ms:.0f} ms"
+    if x_ms >= 1:
+        return f"{x_ms:.1f} ms"
+    return f"{x_ms * 1e3:.0f} us"
+
+
 def safe_text(text: object) -> str:
     """Text from outside (a command line, an agent's message) made safe to print: control
     characters, escapes and bidi overrides become visible ``\\x..`` / ``\\u....`` codes."""

@@ -30,6 +30,7 @@ from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.trace_intervals import intersect, merge, total
 from gputop.diagnostics.trace_metrics import TraceMetrics
 from gputop.diagnostics.trace_rules import WARNING_SHARE, severity_for
+from gputop.format import ms_h
 
 # A rank counts as the straggler when it is the last to start most of the collective wait
 # (more than half of the weighted lateness; on two ranks, the later one by definition), and
@@ -114,14 +115,6 @@ class CrossRank:
 
 def _r(x: float) -> float:
     return round(float(x), 3)
-
-
-def _ms(x_ms: float) -> str:
-    if x_ms >= 100:
-        return f"{x_ms:.0f} ms"
-    if x_ms >= 1:
-        return f"{x_ms:.1f} ms"
-    return f"{x_ms * 1e3:.0f} us"
 
 
 def top_cause(findings: list[Finding]) -> Finding | None:
@@ -363,10 +356,10 @@ def _findings(cross: CrossRank, metrics: list[TraceMetrics]) -> None:
         id="imbalance",
         severity=severity_for(share),
         title=f"{s.label} holds the job back ({cause or 'cause unknown'}): the other "
-              f"{n_others} rank(s) wait {_ms(cross.others_wait_ms)} per step for it",
+              f"{n_others} rank(s) wait {ms_h(cross.others_wait_ms)} per step for it",
         evidence=(
             f"{how}, last in {cross.steps_last} of {len(cross.steps)} steps (straggler score "
-            f"{s.straggler_score:.2f}); the others wait {_ms(cross.others_wait_ms)} per step "
+            f"{s.straggler_score:.2f}); the others wait {ms_h(cross.others_wait_ms)} per step "
             f"inside collectives ({100 * share:.1f}% of the step); {cause_txt}."
         ),
         fix=(
@@ -387,6 +380,6 @@ def split_communication(finding: Finding, row: RankRow, straggler: RankRow | Non
     if row.exposed_comm_ms <= 0:
         return finding
     who = straggler.label if straggler is not None and straggler is not row else "a late rank"
-    extra = (f" Of the {_ms(row.exposed_comm_ms)} exposed per step, {_ms(row.exposed_wait_ms)} "
-             f"is waiting for {who} and {_ms(row.exposed_bandwidth_ms)} moves data (bandwidth).")
+    extra = (f" Of the {ms_h(row.exposed_comm_ms)} exposed per step, {ms_h(row.exposed_wait_ms)} "
+             f"is waiting for {who} and {ms_h(row.exposed_bandwidth_ms)} moves data (bandwidth).")
     return replace(finding, evidence=finding.evidence.rstrip() + extra)

@@ -10,7 +10,7 @@ import textwrap
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
-from gputop.format import safe_text
+from gputop.format import ms_h, safe_text
 
 # Step-time roles in the bar: (metric key(s), letter, label). Letters, not colours, so the bar
 # survives copy-paste; the legend below it spells them out. Busy roles first, then the causes
@@ -30,16 +30,6 @@ BAR_ROLES = (
     (("queued",), "Q", "idle: queued on the device"),
     (("unrecorded",), "?", "idle: cause not recorded"),
 )
-
-
-def _ms(x: float) -> str:
-    if x >= 10_000:
-        return f"{x / 1e3:.1f} s"
-    if x >= 100:
-        return f"{x:.0f} ms"
-    if x >= 1:
-        return f"{x:.1f} ms"
-    return f"{x * 1e3:.0f} us"
 
 
 def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
@@ -89,9 +79,9 @@ def _headline(a: TraceAnalysis) -> str:
         kind = "step" if m["window"]["steps_from"] == "ProfilerStep" else "iteration"
         plural = "s" if steps["count"] != 1 else ""
         parts.append(f"{steps['count']} {kind}{plural} ({span})")
-        parts.append(f"step {_ms(steps['mean_ms'])} mean, {_ms(steps['max_ms'])} max")
+        parts.append(f"step {ms_h(steps['mean_ms'])} mean, {ms_h(steps['max_ms'])} max")
     else:
-        parts.append(f"{_ms(m['window']['dur_ms'])} judged (no steps)")
+        parts.append(f"{ms_h(m['window']['dur_ms'])} judged (no steps)")
     busy = m["gpu"]["busy_pct_of_steps"]
     if busy is not None:
         parts.append(f"GPU busy {busy:.1f}%")
@@ -112,7 +102,7 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
 
     bd = m["step_breakdown"]
     what = "step time" if m["steps"]["count"] else "window"
-    lines += ["", f"Where the {what} went ({_ms(bd['ms']['total'])} in all)"]
+    lines += ["", f"Where the {what} went ({ms_h(bd['ms']['total'])} in all)"]
     bar, legend = breakdown_bar(bd["pct"], width - 4)
     lines.append(f"  [{bar}]")
     lines += _wrap(legend, width, "  ", "  ")
@@ -129,7 +119,7 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
 
     lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
     for i, f in enumerate(a.findings, 1):
-        cost = f"  (costs {_ms(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
+        cost = f"  (costs {ms_h(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
         lines += _wrap(f"{i}. [{f.severity.upper()}] {f.id}: {f.title}{cost}", width, "  ", "     ")
         lines += _wrap(f"Evidence: {f.evidence}", width, "     ", "       ")
         lines += _wrap(f"Fix: {f.fix}", width, "     ", "       ")
@@ -139,7 +129,7 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         t, idle, k = m["temporal"], m["idle_split"], m["kernels"]
         lines += [""]
         lines += _wrap(
-            f"GPU: idle {t['idle_pct']:.1f}% of its active span {_ms(t['span_ms'])} (HTA: "
+            f"GPU: idle {t['idle_pct']:.1f}% of its active span {ms_h(t['span_ms'])} (HTA: "
             f"host wait {idle['host_wait_pct']:.0f}%, kernel wait {idle['kernel_wait_pct']:.0f}%, "
             f"other {idle['other_pct']:.0f}%); compute {t['compute_pct']:.1f}%, communication "
             f"{t['communication_pct']:.1f}%, memcpy {t['memcpy_pct']:.1f}%",
@@ -159,12 +149,12 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         )
     ops = m.get("top_ops") or []
     if ops:
-        text = " · ".join(f"{o['name']} {_ms(o['self_ms'])}" for o in ops[:5])
+        text = " · ".join(f"{o['name']} {ms_h(o['self_ms'])}" for o in ops[:5])
         lines += _wrap(f"Top CPU ops (self time): {text}", width, "", "     ")
     kernels = m.get("top_kernels") or []
     if kernels:
         text = " · ".join(
-            f"{short_kernel_name(k['name'], 48)} {_ms(k['ms'])} ({k['pct']:.0f}%)"
+            f"{short_kernel_name(k['name'], 48)} {ms_h(k['ms'])} ({k['pct']:.0f}%)"
             for k in kernels[:5]
         )
         lines += _wrap(f"Top kernels (GPU time): {text}", width, "", "     ")
@@ -213,9 +203,9 @@ def format_cross_rank(cross, width: int = 100) -> str:
     lines.append(head)
     for r in cross.rows:
         lines.append(
-            f"  {r.label[:10]:<10} {_ms(r.step_ms):>9} {_ms(r.compute_ms):>9} "
-            f"{_ms(r.exposed_comm_ms):>13} {_ms(r.exposed_wait_ms):>9} "
-            f"{_ms(r.exposed_bandwidth_ms):>10} {r.straggler_score:>6.2f}  "
+            f"  {r.label[:10]:<10} {ms_h(r.step_ms):>9} {ms_h(r.compute_ms):>9} "
+            f"{ms_h(r.exposed_comm_ms):>13} {ms_h(r.exposed_wait_ms):>9} "
+            f"{ms_h(r.exposed_bandwidth_ms):>10} {r.straggler_score:>6.2f}  "
             f"{r.top_cause or '-'}")
     lines.append("  (per step; waiting: exposed communication spent waiting for a late rank)")
     lines.append("")

@@ -16,6 +16,7 @@ from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import SEVERITY_RANK, Finding, order_findings
 from gputop.diagnostics.trace_intervals import intersect, total
 from gputop.diagnostics.trace_metrics import TraceMetrics
+from gputop.format import ms_h
 
 # Share of the window a finding costs -> severity.
 # 5%: TensorBoard's profiler plugin recommends acting on the DataLoader from 5% of the step time;
@@ -54,16 +55,6 @@ def severity_for(share: float) -> str:
     if share >= WARNING_SHARE:
         return "warning"
     return "info"
-
-
-def _ms(x_ms: float) -> str:
-    if x_ms >= 10_000:
-        return f"{x_ms / 1e3:.1f} s"
-    if x_ms >= 100:
-        return f"{x_ms:.0f} ms"
-    if x_ms >= 1:
-        return f"{x_ms:.1f} ms"
-    return f"{x_ms * 1e3:.0f} us"
 
 
 def _pct(share: float) -> str:
@@ -165,7 +156,7 @@ def _cost(m: TraceMetrics, cause: str) -> float:
 
 def _named(m: TraceMetrics, cause: str, limit: int = 3) -> str:
     rows = [(label, ms) for label, ms in m.top_labels(cause, limit) if ms >= 0.001]
-    return ", ".join(f"{label} {_ms(ms)}" for label, ms in rows)
+    return ", ".join(f"{label} {ms_h(ms)}" for label, ms in rows)
 
 
 # --- rules ---------------------------------------------------------------------------------------
@@ -203,9 +194,9 @@ def dataloader_stall(m: TraceMetrics) -> list[Finding]:
             severity=severity_for(share),
             title=f"The {_device(m)} waits for the DataLoader {_pct(share)} of the {_of_what(m)}",
             evidence=(
-                f"{_ms(cost)} {_window_phrase(m)} with the {_device(m)} idle while the training "
+                f"{ms_h(cost)} {_window_phrase(m)} with the {_device(m)} idle while the training "
                 f"loop waits in enumerate(DataLoader).__next__ ({dl['calls']} calls, "
-                f"{_ms(dl['time_ms'])} in all, longest {_ms(dl['max_call_ms'])}); {workers}."
+                f"{ms_h(dl['time_ms'])} in all, longest {ms_h(dl['max_call_ms'])}); {workers}."
             ),
             fix=fix,
             next_step=ns.pyspy_record(m.details.get("pid"), "loader.svg", app=_app(m)),
@@ -225,11 +216,11 @@ def host_sync(m: TraceMetrics) -> list[Finding]:
     elif share < INFO_SHARE:
         return []
     calls = ", ".join(f"{n} {name}" for name, n in s["calls"].items())
-    item = f"{s['item_calls']} aten::item ({_ms(s['item_ms'])}); " if s["item_calls"] else ""
+    item = f"{s['item_calls']} aten::item ({ms_h(s['item_ms'])}); " if s["item_calls"] else ""
     named = _named(m, "sync")
     busy = s["waited_on_busy_device_ms"]
     busy_txt = (
-        f"; the other {_ms(busy)} of waiting overlapped {_device(m)} work and costs nothing "
+        f"; the other {ms_h(busy)} of waiting overlapped {_device(m)} work and costs nothing "
         "(a host waiting on a busy device is the healthy, device-bound pattern)"
         if busy > 0.05 * max(cost, 1e-9)
         else ""
@@ -241,7 +232,7 @@ def host_sync(m: TraceMetrics) -> list[Finding]:
         )
         busy_txt += (
             f"; the reads (.item(), .cpu(), .tolist()) held the training thread "
-            f"{_ms(s['d2h_read_blocked_ms'])}, during which it queued nothing: the GPU "
+            f"{ms_h(s['d2h_read_blocked_ms'])}, during which it queued nothing: the GPU "
             "stayed busy only on work queued before, so any slower host path now shows as "
             "GPU idle"
         )
@@ -256,7 +247,7 @@ def host_sync(m: TraceMetrics) -> list[Finding]:
             severity=severity,
             title=title,
             evidence=(
-                f"{_ms(cost)} {_window_phrase(m)} with nothing running on the {_device(m)} while "
+                f"{ms_h(cost)} {_window_phrase(m)} with nothing running on the {_device(m)} while "
                 f"the launching thread was blocked in {named or 'synchronising calls'} "
                 f"({item}{calls or 'synchronising calls'}){busy_txt}."
             ),
@@ -312,7 +303,7 @@ def launch_bound(m: TraceMetrics) -> list[Finding]:
             severity=severity,
             title=title,
             evidence=(
-                f"{_ms(cost)} {_window_phrase(m)} with the {_device(m)} idle while the host "
+                f"{ms_h(cost)} {_window_phrase(m)} with the {_device(m)} idle while the host "
                 f"dispatches operators and launches work"
                 f"{' (' + named + ')' if named else ''}; {detail}."
             ),
@@ -347,9 +338,9 @@ def communication(m: TraceMetrics) -> list[Finding]:
             title=f"Communication{backend} not hidden by compute holds {_pct(share)} of the "
             f"{_of_what(m)}",
             evidence=(
-                f"collectives run {_ms(c['kernel_ms'])} ({c['share_pct']:.1f}% of the "
+                f"collectives run {ms_h(c['kernel_ms'])} ({c['share_pct']:.1f}% of the "
                 f"{_of_what(m)}), {c['overlap_pct']:.0f}% of it overlapped with compute; "
-                f"{_ms(exposed)} exposed {_window_phrase(m)}{top_txt}."
+                f"{ms_h(exposed)} exposed {_window_phrase(m)}{top_txt}."
             ),
             fix=(
                 "Overlap and shrink it: with DDP tune bucket_cap_mb (e.g. 50-100) and set "
@@ -383,7 +374,7 @@ def allocator_churn(m: TraceMetrics) -> list[Finding]:
             f"{_of_what(m)}",
             evidence=(
                 f"{a['malloc_calls']} allocation and {a['free_calls']} free calls take "
-                f"{_ms(a['time_ms'])} {_window_phrase(m)}, {_ms(cost)} of it with the device "
+                f"{ms_h(a['time_ms'])} {_window_phrase(m)}, {ms_h(cost)} of it with the device "
                 "idle; the caching allocator keeps going back to the driver (cudaFree also "
                 "synchronises the device)."
             ),
@@ -412,13 +403,13 @@ def cold_start(m: TraceMetrics) -> list[Finding]:
     share = cost / whole if whole > 0 else 0.0
     if share < WARNING_SHARE:
         return []
-    parts = [f"{label} {_ms(ms)}" for label, ms in st["top"][:3] if ms > 0]
+    parts = [f"{label} {ms_h(ms)}" for label, ms in st["top"][:3] if ms > 0]
     if first_alloc:
-        parts.append(f"first allocations of the caching allocator {_ms(first_alloc)}")
+        parts.append(f"first allocations of the caching allocator {ms_h(first_alloc)}")
     if before:
-        named = ", ".join(f"{label} {_ms(ms)}"
+        named = ", ".join(f"{label} {ms_h(ms)}"
                           for label, ms in m.details.get("startup_before_labels", []))
-        parts.append(f"{_ms(before)} before the first {_device(m)} work ({named})")
+        parts.append(f"{ms_h(before)} before the first {_device(m)} work ({named})")
     return [
         Finding(
             id="cold-start",
@@ -426,7 +417,7 @@ def cold_start(m: TraceMetrics) -> list[Finding]:
             title=f"This trace is start-up: {_pct(share)} of it goes to initialisation, not "
             "training",
             evidence=(
-                f"{_ms(cost)} with the {_device(m)} idle during start-up work "
+                f"{ms_h(cost)} with the {_device(m)} idle during start-up work "
                 f"({'; '.join(parts) or 'driver initialisation'}): CUDA context creation, "
                 "module loading, CUDA graph capture, torch.compile compilation and first "
                 "allocations happen once; they say nothing about the steady state."
@@ -471,7 +462,7 @@ def gpu_idle(m: TraceMetrics) -> list[Finding]:
                 title=f"GPU idle {_pct(share)} of the window; the trace has no CPU events to "
                 "say why",
                 evidence=(
-                    f"{_ms(cost)} of GPU idle over the device's recorded span; without host "
+                    f"{ms_h(cost)} of GPU idle over the device's recorded span; without host "
                     "events nothing tells whether the host, the input pipeline or a sync "
                     "caused it."
                 ),
@@ -504,9 +495,9 @@ def gpu_idle(m: TraceMetrics) -> list[Finding]:
                 f"runs {named.split(' ')[0] if named and 'no profiled' not in named else 'other work'}"
             ),
             evidence=(
-                f"{_ms(cost)} {_window_phrase(m)} with nothing queued on the {_device(m)} while "
+                f"{ms_h(cost)} {_window_phrase(m)} with nothing queued on the {_device(m)} while "
                 f"the launching thread ran {what}"
-                + (f"; {_ms(unprof)} of it with nothing recorded on the thread" if unprof >= 1
+                + (f"; {ms_h(unprof)} of it with nothing recorded on the thread" if unprof >= 1
                    and named else "")
                 + "."
             ),
@@ -531,7 +522,7 @@ def long_gpu_gaps(m: TraceMetrics) -> list[Finding]:
         return []  # every long gap is explained by another finding (sync, DataLoader, ...)
     share = _share(m, cost)
     longest = max(g["gaps"], key=lambda row: row["dur_ms"])
-    where = "at the start" if longest["start_ms"] < 1 else f"at +{_ms(longest['start_ms'])}"
+    where = "at the start" if longest["start_ms"] < 1 else f"at +{ms_h(longest['start_ms'])}"
     host = longest["host"] or "no profiled activity"
     return [
         Finding(
@@ -539,9 +530,9 @@ def long_gpu_gaps(m: TraceMetrics) -> list[Finding]:
             severity=severity_for(share),
             title=f"The {_device(m)} sits idle in {g['count']} stretch(es) of 500 ms or more",
             evidence=(
-                f"{g['count']} idle gaps >= 500 ms, {_ms(g['total_ms'])} in all, {_ms(cost)} of "
+                f"{g['count']} idle gaps >= 500 ms, {ms_h(g['total_ms'])} in all, {ms_h(cost)} of "
                 f"it while the host ran work outside the launch path; longest "
-                f"{_ms(longest['dur_ms'])} {where}, the host in {host}."
+                f"{ms_h(longest['dur_ms'])} {where}, the host in {host}."
             ),
             fix=(
                 "Find what runs in the gap and take it off the step: checkpoints (save "
@@ -566,10 +557,10 @@ def pageable_memcpy(m: TraceMetrics) -> list[Finding]:
     if c["pageable_count"]:
         parts.append(
             f"{c['pageable_count']} copies from/to pageable memory "
-            f"({c['pageable_bytes'] / 2**20:.1f} MiB, {_ms(c['pageable_ms'])} on the GPU)"
+            f"({c['pageable_bytes'] / 2**20:.1f} MiB, {ms_h(c['pageable_ms'])} on the GPU)"
         )
     if c["blocking_calls"]:
-        parts.append(f"{c['blocking_calls']} blocking copy calls ({_ms(c['blocking_ms'])})")
+        parts.append(f"{c['blocking_calls']} blocking copy calls ({ms_h(c['blocking_ms'])})")
     return [
         Finding(
             id="pageable-memcpy",
@@ -577,7 +568,7 @@ def pageable_memcpy(m: TraceMetrics) -> list[Finding]:
             title=f"Host-device copies are staged or blocking ({_pct(share)} of the "
             f"{_of_what(m)})",
             evidence=(
-                f"{'; '.join(parts)} {_window_phrase(m)}; {_ms(cost)} of GPU time lost to them "
+                f"{'; '.join(parts)} {_window_phrase(m)}; {ms_h(cost)} of GPU time lost to them "
                 "(idle while the host stages a copy, or a copy no compute hides)."
             ),
             fix=(
@@ -617,7 +608,7 @@ def no_tensor_cores(m: TraceMetrics) -> list[Finding]:
     top_txt = f"; top: {short_kernel_name(top)}" if top else ""
     unknown = tc["unknown_kernel_ms"]
     unknown_txt = (
-        f"; {_ms(unknown)} more of matrix kernels do not say their precision" if unknown else ""
+        f"; {ms_h(unknown)} more of matrix kernels do not say their precision" if unknown else ""
     )
     # Info only: precision is a modelling choice a trace cannot judge (fp32 may be deliberate).
     return [
@@ -626,11 +617,11 @@ def no_tensor_cores(m: TraceMetrics) -> list[Finding]:
             severity="info",
             title=f"Matrix work runs without tensor cores on {dev.name}",
             evidence=(
-                f"{_ms(simt_ms)} of GEMM/convolution kernels run in fp32 on the SIMT units "
+                f"{ms_h(simt_ms)} of GEMM/convolution kernels run in fp32 on the SIMT units "
                 f"(compute capability {tc['compute_capability']}; tensor cores do "
                 f"{tc['tensor_core_share_of_matrix_pct']:.0f}% of the matrix time whose "
                 f"precision the names tell){top_txt}{unknown_txt}; mixed precision would save "
-                f"an estimated {_ms(saving)} ({_pct(share)} of the {_of_what(m)})."
+                f"an estimated {ms_h(saving)} ({_pct(share)} of the {_of_what(m)})."
             ),
             fix=(
                 "Use mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) on Ampere and "
@@ -776,7 +767,7 @@ def _floor_finding(m: TraceMetrics, cause: str, cost_ms: float, why: str) -> Fin
     if cause == "queued":
         title = (f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} with work queued "
                  "on it")
-        evidence = (f"{_ms(cost_ms)} {_window_phrase(m)} in which launched work waited on "
+        evidence = (f"{ms_h(cost_ms)} {_window_phrase(m)} in which launched work waited on "
                     "something outside this trace: another stream's or device's work, another "
                     "process sharing the GPU, or work launched before the window")
         fix = ("Check for other processes on the GPU (gputop's process table), cross-stream "
@@ -786,7 +777,7 @@ def _floor_finding(m: TraceMetrics, cause: str, cost_ms: float, why: str) -> Fin
     else:
         labels = _named(m, cause) or cause
         title = f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} in {cause}"
-        evidence = f"{_ms(cost_ms)} {_window_phrase(m)}: {labels}"
+        evidence = f"{ms_h(cost_ms)} {_window_phrase(m)}: {labels}"
         fid = _rule_id(cause)
         fix = "See the cause above."
         next_step = _profile(m, "idle", ns.nsys("idle", app=_app(m)))

@@ -18,7 +18,7 @@ from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_report import BAR_ROLES, breakdown_bar, format_report
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
-from gputop.format import safe_text
+from gputop.format import ms_h, safe_text
 
 PERFETTO = "https://ui.perfetto.dev"
 # Busy roles in cool colours, idle causes in warm ones; the dark text keeps the letter legible.
@@ -41,16 +41,6 @@ SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "bol
 # The plain report's lines kept under the tables (statistics a glance does not need first).
 DETAIL_PREFIXES = ("GPU: idle", "Kernels:", "Peak memory", "Memory allocated", "Assessed",
                    "Not assessed")
-
-
-def ms_text(x: float) -> str:
-    if x >= 10_000:
-        return f"{x / 1e3:.1f} s"
-    if x >= 100:
-        return f"{x:.0f} ms"
-    if x >= 1:
-        return f"{x:.1f} ms"
-    return f"{x * 1e3:.0f} us"
 
 
 def title_text(pid: int, analysis: TraceAnalysis) -> Text:
@@ -112,7 +102,7 @@ def findings_renderable(analysis: TraceAnalysis) -> RenderableType:
     parts: list[RenderableType] = [Text("Findings, most costly first", style="bold underline")]
     for i, f in enumerate(analysis.findings, 1):
         style = SEVERITY_STYLE.get(f.severity, "bold")
-        cost = f"  (costs {ms_text(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
+        cost = f"  (costs {ms_h(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
         parts.append(Text.assemble(f"{i}. ", (f"[{f.severity.upper()}] {f.id}", style),
                                    f": {safe_text(f.title)}{cost}"))
         grid = Table.grid(padding=(0, 1))
@@ -144,7 +134,7 @@ def tables_renderable(analysis: TraceAnalysis, width: int) -> RenderableType | N
         t.add_column("calls", justify="right", no_wrap=True)
         for k in kernels[:8]:
             t.add_row(safe_text(short_kernel_name(k["name"], max(20, half - 22))),
-                      ms_text(k["ms"]), f"{k['pct']:.0f}", str(k.get("calls", "")))
+                      ms_h(k["ms"]), f"{k['pct']:.0f}", str(k.get("calls", "")))
         cells.append(t)
     if ops:
         t = Table(title="Top CPU ops (self time)", title_justify="left", title_style="bold",
@@ -153,7 +143,7 @@ def tables_renderable(analysis: TraceAnalysis, width: int) -> RenderableType | N
         t.add_column("self", justify="right", no_wrap=True)
         t.add_column("calls", justify="right", no_wrap=True)
         for o in ops[:8]:
-            t.add_row(safe_text(o["name"]), ms_text(o["self_ms"]), str(o.get("calls", "")))
+            t.add_row(safe_text(o["name"]), ms_h(o["self_ms"]), str(o.get("calls", "")))
         cells.append(t)
     if width >= 100 and len(cells) == 2:
         grid.add_column(ratio=1)
@@ -195,7 +185,7 @@ def diagnosis_renderable(analysis: TraceAnalysis, trace: str, width: int,
     if len(headline) > 1:
         parts.append(Text(headline[1], style="bold"))
     parts += [open_text(trace), Text("")]
-    parts.append(Text(f"Where the {what} went ({ms_text(bd['ms']['total'])} in all)",
+    parts.append(Text(f"Where the {what} went ({ms_h(bd['ms']['total'])} in all)",
                       style="bold underline"))
     bar, legend = bar_text(bd["pct"], max(20, width - 2))
     parts += [bar, legend]
