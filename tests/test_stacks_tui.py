@@ -18,7 +18,10 @@ from gputop.tui.app import GputopApp
 from gputop.tui.widgets.findings import findings_text
 from gputop.tui.widgets.stacks_screen import StacksScreen
 from tests.conftest import SLOW, end_popen, wait_for
-from tests.scripts.stacks_testkit import stacks_readable  # noqa: F401 (the fixture)
+from tests.scripts.stacks_testkit import (
+    BURNER,
+    stacks_readable,  # noqa: F401 (the fixture)
+)
 from tests.test_stacks_cli import hot_lines, start_job
 from tests.test_tui_app import run_async, select, started, until
 from tests.test_tui_terminal import start, terminal  # noqa: F401 (the fixture)
@@ -27,15 +30,6 @@ from tests.tui_data import scenario_snapshots, screen_text, with_process
 pytestmark = pytest.mark.timeout(4 * SLOW)
 
 TOUR = scenario_snapshots("tour", 5)
-BURNER = ("import time\n"
-          "def parse_records(n):\n"
-          "    x = 0\n"
-          "    for i in range(n):\n"
-          "        x = (x * 1103515245 + i) & 0xFFFFFFFF\n"
-          "    return x\n"
-          "print('ready', flush=True)\n"
-          "while True:\n"
-          "    parse_records(200000)\n")
 
 
 @pytest.fixture

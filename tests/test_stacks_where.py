@@ -15,19 +15,13 @@ from gputop.diagnostics.findings import Finding
 from gputop.stacks.pyspy import sample_stacks
 from gputop.stacks.where import WhereFinder
 from tests.conftest import SLOW
-from tests.scripts.stacks_testkit import stacks_readable  # noqa: F401 (the fixture)
+from tests.scripts.stacks_testkit import (
+    BURNER,
+    stacks_readable,  # noqa: F401 (the fixture)
+)
 
 pytestmark = [pytest.mark.timeout(3 * SLOW), pytest.mark.usefixtures("stacks_readable")]
 
-BURNER = ("import time\n"
-          "def parse_records(n):\n"
-          "    x = 0\n"
-          "    for i in range(n):\n"
-          "        x = (x * 1103515245 + i) & 0xFFFFFFFF\n"
-          "    return x\n"
-          "print('ready', flush=True)\n"
-          "while True:\n"
-          "    parse_records(200000)\n")
 HUNG = ("import threading\n"
         "def wait_for_peer(event):\n"
         "    event.wait()\n"

@@ -39,3 +39,15 @@ def stacks_readable() -> None:
     why = why_stacks_cannot_be_read()
     if why:
         pytest.skip(f"stacks cannot be read on this machine: {why}")
+
+
+# A process whose CPU goes to one named function (<string>:5), for the stacks tests.
+BURNER = ("import time\n"
+          "def parse_records(n):\n"
+          "    x = 0\n"
+          "    for i in range(n):\n"
+          "        x = (x * 1103515245 + i) & 0xFFFFFFFF\n"
+          "    return x\n"
+          "print('ready', flush=True)\n"
+          "while True:\n"
+          "    parse_records(200000)\n")
