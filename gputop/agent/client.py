@@ -38,6 +38,32 @@ from gputop.agent.protocol import (  # noqa: F401
 # --- finding agents --------------------------------------------------------------------------
 
 
+# Listings of /tmp and /run/user, kept while the directory's mtime (which any entry made,
+# removed or renamed moves) stays the same, and for LISTING_KEEP_S at most (the kernel's
+# timestamps are coarse: two changes within one clock tick leave the same mtime): root looks
+# for every user's agents each tick, and /tmp on a shared node holds hundreds of entries.
+LISTING_KEEP_S = 10.0
+_listings: dict[str, tuple[tuple[int, int], float, list[str]]] = {}
+
+
+def _entries(directory: str) -> list[str]:
+    try:
+        st = os.stat(directory)
+        key = (st.st_ino, st.st_mtime_ns)
+        now = time.monotonic()
+        cached = _listings.get(directory)
+        if cached is not None and cached[0] == key and now - cached[1] < LISTING_KEEP_S:
+            return cached[2]
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    _listings[directory] = (key, now, names)
+    return names
+
+
+_USER_TMP = re.compile(r"^gputop-([0-9]+)$")
+
+
 def _search_dirs() -> list[tuple[Path, int]]:
     """Directories to look for agents in, with the uid that must own each.
 
@@ -47,19 +73,11 @@ def _search_dirs() -> list[tuple[Path, int]]:
     uid = os.geteuid()
     found = [(d, uid) for d in _base_dirs(uid)]
     if uid == 0:
-        try:
-            names = os.listdir("/tmp")
-        except OSError:
-            names = []
-        for name in names:
-            m = re.match(r"^gputop-([0-9]+)$", name)
+        for name in _entries("/tmp"):
+            m = _USER_TMP.match(name) if name.startswith("gputop-") else None
             if m and int(m.group(1)) != 0:
                 found.append((Path("/tmp") / name, int(m.group(1))))
-        try:
-            users = os.listdir("/run/user")
-        except OSError:
-            users = []
-        for name in users:
+        for name in _entries("/run/user"):
             if name.isdigit() and int(name) != 0:
                 found.append((Path("/run/user") / name / "gputop", int(name)))
     return found

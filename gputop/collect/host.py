@@ -103,6 +103,7 @@ class HostCollector:
     # Finding children needs a scan of every process; workers come and go at epoch
     # boundaries, not every second, so the scan is reused for this long.
     CHILDREN_REFRESH_S = 2.0
+    SLOW_TICKS = 5
 
     def __init__(self, lifetime_first: bool = False) -> None:
         self.hostname = socket.gethostname()
@@ -113,6 +114,8 @@ class HostCollector:
         self._known: set[int] = set()  # pids that existed at the last scan
         self._children_at = -1e9
         self._last_io: tuple[float, object, dict] | None = None
+        self._ticks = 0
+        self._slow: tuple[int, int, int | None] | None = None
         # Prime the rate counters so the first sample() has a baseline.
         psutil.cpu_percent(percpu=True)
         psutil.cpu_times_percent()
@@ -153,13 +156,19 @@ class HostCollector:
         per_core = tuple(psutil.cpu_percent(percpu=True))
         times = psutil.cpu_times_percent()
         mem = psutil.virtual_memory()
-        swap = psutil.swap_memory()
         load = os.getloadavg()
         disk_r, disk_w, net_rx, net_tx = self._io_counters()
-        try:
-            process_count = len(psutil.pids())
-        except OSError:
-            process_count = None
+        # Swap and the process count move slowly and cost two more reads of /proc each:
+        # every SLOW_TICKS ticks, as the GPUs' slow fields.
+        if self._slow is None or self._ticks % self.SLOW_TICKS == 0:
+            swap = psutil.swap_memory()
+            try:
+                process_count: int | None = len(psutil.pids())
+            except OSError:
+                process_count = None
+            self._slow = (swap.used, swap.total, process_count)
+        self._ticks += 1
+        swap_used, swap_total, process_count = self._slow
         return HostSample(
             hostname=self.hostname,
             cpu_percent=round(sum(per_core) / len(per_core), 1) if per_core else None,
@@ -172,8 +181,8 @@ class HostCollector:
             load_15=load[2],
             memory_used=mem.total - mem.available,
             memory_total=mem.total,
-            swap_used=swap.used,
-            swap_total=swap.total,
+            swap_used=swap_used,
+            swap_total=swap_total,
             disk_read_bps=disk_r,
             disk_write_bps=disk_w,
             net_rx_bps=net_rx,

@@ -30,6 +30,7 @@ from gputop.tui.cards import (
 )
 from gputop.tui.frames import Points
 from gputop.tui.layout import Plan
+from gputop.tui.widgets.direct_lines import DirectLines
 
 # A braille cell with no dot: what a chart row shows where there is no sample.
 _NO_DOTS = chr(0x2800)
@@ -73,7 +74,7 @@ def changed_span(old: Line, new: Line) -> tuple[int, int] | None:
     return start, end
 
 
-class GpuPanel(ScrollView, can_focus=False):
+class GpuPanel(DirectLines, ScrollView, can_focus=False):
     DEFAULT_CSS = """
     GpuPanel { height: 8; overflow-x: hidden; scrollbar-size-vertical: 1; }
     """
@@ -246,7 +247,7 @@ class GpuPanel(ScrollView, can_focus=False):
             for role in ("border", "warning", "error", *CHART_FIELDS):
                 styles[role] = base + self.get_component_rich_style(f"gpu-panel--{role}",
                                                                      partial=True)
-            self._styles = styles
+            self._styles = {role: self.filtered(style) for role, style in styles.items()}
         return self._styles
 
     def render_line(self, y: int) -> Strip:

@@ -24,6 +24,7 @@ from textual.strip import Strip
 
 from gputop.model import Snapshot
 from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
+from gputop.tui.widgets.direct_lines import DirectLines
 
 _RIGHT = {key for key, _, _, right in COLUMNS if right}
 CURSOR_MARK = "›"
@@ -54,7 +55,7 @@ def cell_text(key: str, value: str, width: int) -> str:
     return pad + text if key in _RIGHT else text + pad
 
 
-class ProcessTable(ScrollView, can_focus=True):
+class ProcessTable(DirectLines, ScrollView, can_focus=True):
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 1; }
     ProcessTable > .process-table--header { text-style: bold; background: $panel; }
@@ -273,11 +274,11 @@ class ProcessTable(ScrollView, can_focus=True):
     def _style_set(self) -> tuple[Style, Style, Style]:
         if self._styles is None:
             base = self.rich_style
-            self._styles = (base,
-                            base + self.get_component_rich_style("process-table--header",
-                                                                 partial=True),
-                            base + self.get_component_rich_style("process-table--cursor",
-                                                                 partial=True))
+            header = base + self.get_component_rich_style("process-table--header",
+                                                          partial=True)
+            cursor = base + self.get_component_rich_style("process-table--cursor",
+                                                          partial=True)
+            self._styles = (self.filtered(base), self.filtered(header), self.filtered(cursor))
         return self._styles
 
     def render_line(self, y: int) -> Strip:

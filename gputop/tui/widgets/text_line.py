@@ -12,22 +12,37 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual.strip import Strip
+from textual.style import Style as TextualStyle
 from textual.widget import Widget
 
+from gputop.tui.widgets.direct_lines import DirectLines
 
-def text_strips(widget: Widget, text: Text, width: int) -> list[Strip]:
-    """``text`` as one strip per line, cut or padded to ``width``, on the widget's style."""
+
+def text_strips(widget: Widget, text: Text, width: int, left: int = 0,
+                right: int = 0) -> list[Strip]:
+    """``text`` as one strip per line, cut or padded to ``width``, on the widget's style,
+    with ``left`` and ``right`` cells of padding, through the app's line filters."""
     base = widget.rich_style
     segments = list(text.render(widget.app.console))
-    return [
-        Strip(line).apply_style(base).adjust_cell_length(width, base)
-        for line in Segment.split_lines(segments)
-    ]
+    base_background, background = widget.background_colors
+    # The padding as Textual's styling pass draws it: the background alone.
+    pad = TextualStyle(background=base_background + background).rich_style
+    strips = []
+    for line in Segment.split_lines(segments):
+        strip = Strip(line).apply_style(base).adjust_cell_length(width, base)
+        if left or right:
+            strip = Strip.join([Strip.blank(left, pad), strip, Strip.blank(right, pad)])
+        strips.append(strip)
+    for line_filter in widget.get_line_filters():
+        strips = [strip.apply_filter(line_filter, background) for strip in strips]
+    return strips
 
 
-class StripWidget(Widget):
+class StripWidget(DirectLines, Widget):
     """Shows a Text given with ``show_text``; widgets whose text depends on their width
     rebuild it in ``rebuild`` (called on resize)."""
+
+    PADS_ITSELF = True
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -53,13 +68,14 @@ class StripWidget(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        key = (width, self.rich_style)
+        left, right = self.direct_padding()
+        key = (width, left, right, self.rich_style)
         if self._strips is None or self._strips_key != key:
-            self._strips = text_strips(self, self._text, width)
+            self._strips = text_strips(self, self._text, width, left, right)
             self._strips_key = key
         if y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(width, self.rich_style)
+        return Strip.blank(width + left + right, self.filtered(self.rich_style))
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return self._text.plain.count("\n") + 1
