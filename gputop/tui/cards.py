@@ -154,7 +154,13 @@ def card_body(gpu: GpuSample, rows: Mapping[str, Sequence[str]], inner: int,
         for i in range(block_height):
             left = gauge[i] if i < 2 else (" " * GAUGE_WIDTH, None)
             row = chart[i] if i < len(chart) else ""
-            lines.append(fit([(" ", None), (left[0].ljust(GAUGE_WIDTH), left[1]), (" ", None),
+            text = left[0].ljust(GAUGE_WIDTH)
+            if len(row) == chart_width == inner - GAUGE_WIDTH - 2 and len(text) == GAUGE_WIDTH:
+                # The usual line fills the card exactly (chart rows are one cell a
+                # character): what ``fit`` would return, without measuring it.
+                lines.append(((" ", None), (text, left[1]), (" ", None), (row, field)))
+                continue
+            lines.append(fit([(" ", None), (text, left[1]), (" ", None),
                               (row[:chart_width], field)], inner))
     lines.append(fit([(" ", None), *info_pieces(gpu, content)], inner))
     lines.append(fit([(" ", None), *status_pieces(gpu, content)], inner))

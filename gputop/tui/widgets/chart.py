@@ -166,12 +166,14 @@ def chart_rows(t: np.ndarray, v: np.ndarray, start: float, end: float, vmax: flo
 
 def chart_rows_many(t: np.ndarray, values: list[np.ndarray], start: float, end: float,
                     vmaxes: list[float], *, width: int, heights: list[int]) -> list[list[str]]:
-    """``chart_rows`` for several series over the same times (one GPU's fields), binned in
-    one pass: the same rows, a fraction of the numpy calls."""
+    """``chart_rows`` for several series over the same times (the fields of every GPU:
+    they are recorded together), binned in one pass: the same rows, a fraction of the numpy
+    calls."""
     out: list[list[str] | None] = [None] * len(values)
     rows = [i for i, (vmax, h) in enumerate(zip(vmaxes, heights)) if vmax and h > 1]
+    braille = set(rows)
     for i, (v, vmax, h) in enumerate(zip(values, vmaxes, heights)):
-        if i not in rows:
+        if i not in braille:
             out[i] = chart_rows(t, v, start, end, vmax, width=width, height=h)
     if not rows:
         return out  # type: ignore[return-value]
@@ -202,14 +204,16 @@ def chart_rows_many(t: np.ndarray, values: list[np.ndarray], start: float, end: 
                             & (positions[None, :] < last_sample[:, None]))
                     r, c = np.nonzero(hole)
                     binned[r, c] = binned[r, last[r, c]]
-    shared = {heights[i] for i in rows}
-    if len(shared) == 1 and bins > 0:  # the usual card: every chart as tall, one pass
-        for i, lines in zip(rows, _braille_many(binned, [vmaxes[i] for i in rows],
-                                                shared.pop())):
-            out[i] = lines
-        return out  # type: ignore[return-value]
-    for n, i in enumerate(rows):
-        out[i] = braille_lines(binned[n], vmaxes[i], heights[i])
+    # Rows of one height in one array pass (a card's charts differ by a line at most).
+    for height in sorted({heights[i] for i in rows}):
+        group = [n for n, i in enumerate(rows) if heights[i] == height]
+        if bins <= 0:
+            for n in group:
+                out[rows[n]] = braille_lines(binned[n], vmaxes[rows[n]], height)
+            continue
+        drawn = _braille_many(binned[group], [vmaxes[rows[n]] for n in group], height)
+        for n, lines in zip(group, drawn):
+            out[rows[n]] = lines
     return out  # type: ignore[return-value]
 
 

@@ -94,7 +94,7 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
         self._strips: dict[int, Strip] = {}
         self._styles: dict[str | None, Style] | None = None
         self._limits: dict[tuple[int, str], float | None] = {}  # a lost GPU keeps its tops
-        self._charts: dict[int, tuple[tuple, dict[str, list[str]]]] = {}
+        self._charts: tuple[tuple, dict[int, dict[str, list[str]]]] | None = None
         self._width = 0
 
     # -- data in ----------------------------------------------------------------------------
@@ -131,39 +131,70 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
 
     # -- lines ------------------------------------------------------------------------------
 
-    def _charts_of(self, gpu: GpuSample, width: int, heights: list[int]
-                   ) -> dict[str, list[str]]:
-        """The chart rows of one GPU's fields, binned together when they share their times
-        (they are recorded together); again only when the data or the geometry changed."""
-        series = self.series.get(gpu.index, {})
-        points = [series.get(field) for field in CHART_FIELDS]
-        limits = [self._limits.get((gpu.index, field)) or 0.0 for field in CHART_FIELDS]
+    def _all_charts(self, widths: dict[int, int], heights: list[int]
+                    ) -> dict[int, dict[str, list[str]]]:
+        """The chart rows of every GPU's fields, ``widths[index]`` cells wide; again only
+        when the data or the geometry changed. The GPUs are sampled together, so their series
+        share their times: charts as wide are binned in one pass (a pass per GPU cost eight
+        times the numpy calls)."""
         start, end = self.span
-        key = (tuple((0, None, None) if p is None or not len(p[0]) else
-                     (len(p[0]), float(p[0][-1]), float(p[1][-1]) if len(p[1]) else None)
-                     for p in points), start, end, tuple(limits), width, tuple(heights))
-        cached = self._charts.get(gpu.index)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        if all(k[0] == 0 for k in key[0]):  # no sample yet: no numpy needed
-            rows = [no_data_rows(m, width, h) for m, h in zip(limits, heights)]
-        else:
-            import numpy as np
-
-            from gputop.tui.widgets.chart import chart_rows, chart_rows_many
-
-            empty = np.zeros(0)
-            points = [p if p is not None else (empty, empty) for p in points]
-            t0 = points[0][0]
-            if all(len(t) == len(t0) and (t is t0 or np.array_equal(t, t0)) for t, _ in points):
-                rows = chart_rows_many(t0, [v for _, v in points], start, end, limits,
-                                       width=width, heights=heights)
+        points: dict[int, list[Points | None]] = {}
+        limits: dict[int, list[float]] = {}
+        for gpu in self.gpus:
+            series = self.series.get(gpu.index, {})
+            points[gpu.index] = [series.get(field) for field in CHART_FIELDS]
+            limits[gpu.index] = [self._limits.get((gpu.index, field)) or 0.0
+                                 for field in CHART_FIELDS]
+        key = (tuple((i, tuple((0, None, None) if p is None or not len(p[0]) else
+                               (len(p[0]), float(p[0][-1]),
+                                float(p[1][-1]) if len(p[1]) else None) for p in ps),
+                      tuple(limits[i])) for i, ps in points.items()),
+               start, end, tuple(widths.items()), tuple(heights))
+        if self._charts is not None and self._charts[0] == key:
+            return self._charts[1]
+        charts: dict[int, dict[str, list[str]]] = {}
+        together: dict[int, list[int]] = {}  # width -> GPUs whose fields share t0's times
+        t0 = None
+        for index, ps in points.items():
+            width = widths[index]
+            if all(p is None or not len(p[0]) for p in ps):  # no sample yet: no numpy needed
+                charts[index] = dict(zip(CHART_FIELDS, (
+                    no_data_rows(m, width, h) for m, h in zip(limits[index], heights))))
+                continue
+            t = next(p[0] for p in ps if p is not None and len(p[0]))
+            if t0 is None:
+                t0 = t
+            # Cut from series recorded at the same ticks: as many points, from the same first
+            # to the same last time, are the same times.
+            if all(p is not None and len(p[0]) == len(t0) and (p[0] is t0 or (
+                    p[0][0] == t0[0] and p[0][-1] == t0[-1])) for p in ps):
+                together.setdefault(width, []).append(index)
             else:
-                rows = [chart_rows(t, v, start, end, m, width=width, height=h)
-                        for (t, v), m, h in zip(points, limits, heights)]
-        charts = dict(zip(CHART_FIELDS, rows))
-        self._charts[gpu.index] = (key, charts)
+                charts[index] = self._charts_apart(ps, limits[index], width, heights)
+        for width, gpus in together.items():
+            from gputop.tui.widgets.chart import chart_rows_many
+
+            rows = chart_rows_many(t0, [p[1] for i in gpus for p in points[i]], start, end,
+                                   [m for i in gpus for m in limits[i]], width=width,
+                                   heights=heights * len(gpus))
+            n = len(CHART_FIELDS)
+            for k, index in enumerate(gpus):
+                charts[index] = dict(zip(CHART_FIELDS, rows[k * n:(k + 1) * n]))
+        self._charts = (key, charts)
         return charts
+
+    def _charts_apart(self, points: list[Points | None], limits: list[float], width: int,
+                      heights: list[int]) -> dict[str, list[str]]:
+        """One GPU whose fields do not share their times (a GPU seen later than the others)."""
+        import numpy as np
+
+        from gputop.tui.widgets.chart import chart_rows
+
+        empty = np.zeros(0)
+        start, end = self.span
+        return {field: chart_rows(*(p if p is not None else (empty, empty)), start, end, m,
+                                  width=width, height=h)
+                for field, p, m, h in zip(CHART_FIELDS, points, limits, heights)}
 
     def _compute(self, width: int) -> list[Line]:
         plan = self.plan
@@ -190,13 +221,15 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
         widths = split_width(width, columns)
         height = plan.card_height
         heights = chart_heights(height)
+        charts = self._all_charts(
+            {gpu.index: chart_width_of(widths[n % columns]) for n, gpu in enumerate(self.gpus)},
+            heights)
         out: list[Line] = []
         for first in range(0, len(self.gpus), columns):
             row = self.gpus[first:first + columns]
             cards = []
             for gpu, card_width in zip(row, widths):
-                rows = self._charts_of(gpu, chart_width_of(card_width), heights)
-                cards.append(card_lines(gpu, rows, card_width, height,
+                cards.append(card_lines(gpu, charts[gpu.index], card_width, height,
                                         self.marks.get(gpu.index)))
             pad = width - sum(widths[:len(row)])
             for y in range(height):
