@@ -99,10 +99,32 @@ def _ppid_map() -> dict[int, int]:
     return out
 
 
+def _main_thread_children(pid: int) -> list[int] | None:
+    """The children the process's main thread forked (where DataLoader workers come from),
+    from /proc/PID/task/PID/children: one read instead of a scan of every process. None
+    where the kernel lacks the file (CONFIG_PROC_CHILDREN) or the process is gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
+        try:
+            data = os.read(fd, 65536)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    try:
+        return [int(child) for child in data.split()]
+    except ValueError:
+        return None
+
+
 class HostCollector:
-    # Finding children needs a scan of every process; workers come and go at epoch
-    # boundaries, not every second, so the scan is reused for this long.
-    CHILDREN_REFRESH_S = 2.0
+    # Every tick a GPU process's children are read from its main thread's children file;
+    # children forked by other threads are found by a scan of every process (O(all
+    # processes)), done this often (and at once for a process not seen by the last scan);
+    # without the children file, every CHILDREN_SCAN_ONLY_S (workers come and go at epoch
+    # boundaries, not every second).
+    CHILDREN_REFRESH_S = 10.0
+    CHILDREN_SCAN_ONLY_S = 2.0
     SLOW_TICKS = 5
 
     def __init__(self, lifetime_first: bool = False) -> None:
@@ -246,7 +268,7 @@ class HostCollector:
             name = argv0  # the kernel keeps 15 characters of a name (as psutil's name())
         workers = []
         for child in self._children_of(pid):
-            worker = self._sample_worker(child)
+            worker = self._sample_worker(child, pid)
             if worker is not None:
                 workers.append(worker)
         return ProcSample(
@@ -267,19 +289,25 @@ class HostCollector:
 
     def _children_of(self, pid: int) -> list[int]:
         now = time.monotonic()
-        if pid not in self._known or now - self._children_at > self.CHILDREN_REFRESH_S:
+        main = _main_thread_children(pid)
+        every = self.CHILDREN_REFRESH_S if main is not None else self.CHILDREN_SCAN_ONLY_S
+        if pid not in self._known or now - self._children_at > every:
             children: dict[int, list[int]] = {}
             ppids = _ppid_map()
             for child, parent in ppids.items():
                 children.setdefault(parent, []).append(child)
             self._children, self._known, self._children_at = children, set(ppids), now
-        return sorted(self._children.get(pid, []))
+        found = set(self._children.get(pid, ()))
+        found.update(main or ())
+        return sorted(found)
 
-    def _sample_worker(self, pid: int) -> WorkerSample | None:
+    def _sample_worker(self, pid: int, parent: int) -> WorkerSample | None:
         found = self._track(pid)
         if found is None:
             return None
         tracked, stat = found
+        if stat.ppid != parent:  # ended since the last scan, and the pid taken again
+            return None
         return WorkerSample(pid=pid, name=stat.name, cpu_percent=self._cpu(tracked, stat),
                             rss=stat.rss, state=stat.state, threads=stat.threads)
 

@@ -19,6 +19,7 @@ Thresholds, and why:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shlex
@@ -116,7 +117,17 @@ def _relaunch(gpus: list[GpuSample], pid: int | None) -> str:
     """The process's own command line, to relaunch it under a profiler."""
     procs = _proc_series(gpus, pid) if pid is not None else []
     cmdline = procs[-1].cmdline if procs else ""
-    return ns.app_of(shlex.split(cmdline)) if cmdline else ns.APP
+    return _app_of(cmdline) if cmdline else ns.APP
+
+
+@functools.lru_cache(maxsize=256)
+def _app_of(cmdline: str) -> str:
+    """The application part of a command line: a finding asks for it every tick."""
+    try:
+        words = shlex.split(cmdline)
+    except ValueError:  # an unbalanced quote in what the process shows as its command
+        words = cmdline.split()
+    return ns.app_of(words)
 
 
 class _RunningFit:

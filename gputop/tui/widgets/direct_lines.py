@@ -41,6 +41,7 @@ class DirectLines(_Base):
 
     PADS_ITSELF = False
     _direct: bool | None = None
+    _drawing_width: int | None = None  # the content's width while render_lines runs
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -83,15 +84,28 @@ class DirectLines(_Base):
         padding = self.styles.padding
         return padding.left, padding.right
 
+    def line_width(self) -> int:
+        """The width of the lines ``render_line`` draws: the content's, scrollbars aside
+        (looked up once per render: the geometry is a walk to the screen each time)."""
+        if self._drawing_width is not None:
+            return self._drawing_width
+        return self.scrollable_content_region.width or self.size.width
+
     def render_lines(self, crop: Region) -> list[Strip]:
         if not self._draws_itself():
             return super().render_lines(crop)
         # As wide as the content (and padding), as the styling pass leaves them: a
         # scrollbar's gutter beside it is the scrollbar's to draw.
-        width = self.region.width
+        region = self.region
+        width = region.width
         left, right = self.direct_padding()
-        content = (self.scrollable_content_region.width or width) + left + right
-        strips = [self.render_line(y) for y in crop.line_range]
+        inner = self.scrollable_content_region.width or width - left - right
+        content = inner + left + right
+        self._drawing_width = inner
+        try:
+            strips = [self.render_line(y) for y in crop.line_range]
+        finally:
+            self._drawing_width = None
         if any(strip.cell_length != content for strip in strips):
             base = self.filtered(self.rich_style)
             strips = [strip.adjust_cell_length(content, base) for strip in strips]

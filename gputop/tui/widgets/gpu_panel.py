@@ -288,7 +288,7 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
         strip = self._strips.get(index)
         if strip is None:
             styles = self._style_map()
-            width = self.scrollable_content_region.width or self.size.width
+            width = self.line_width()
             if index >= len(self.lines):
                 strip = Strip.blank(width, styles[None])
             else:

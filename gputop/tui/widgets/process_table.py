@@ -285,7 +285,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         if not self._widths:
             self._layout()
         base, header, cursor = self._style_set()
-        width = self.scrollable_content_region.width or self.size.width
+        width = self.line_width()
         if y == 0:
             if self._header is None:
                 text = "".join(cell_text(key, self._label(key, label), w) for

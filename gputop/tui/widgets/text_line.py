@@ -66,10 +66,14 @@ class StripWidget(DirectLines, Widget):
         # A different number of lines matters only to auto-height widgets: then re-layout.
         self.refresh(layout=grew)
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.line_width()
         left, right = self.direct_padding()
-        key = (width, left, right, self.rich_style)
+        key = (width, left, right)  # a new style clears the strips (notify_style_update)
         if self._strips is None or self._strips_key != key:
             self._strips = text_strips(self, self._text, width, left, right)
             self._strips_key = key
