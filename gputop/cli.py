@@ -53,8 +53,26 @@ def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None
     add_fleet_options(parser, suppress)  # --hosts and the like: many nodes over ssh
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _NeedsEveryCommand(Exception):
+    """The parser made for the live monitor alone met something it does not know."""
+
+
+class _MonitorOnlyParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _NeedsEveryCommand(message)
+
+
+def _monitor_only(argv: list[str]) -> bool:
+    """A command line for the live monitor (no command named, no help asked for): its
+    parser needs only the `top` command, not every command's module (~25 ms at start-up)."""
+    words = set(argv)
+    return not (words & set(COMMANDS) or words & {"-h", "--help", "--version"})
+
+
+def build_parser(commands: tuple[str, ...] = COMMANDS,
+                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+                 ) -> argparse.ArgumentParser:
+    parser = parser_class(
         prog="gputop",
         description=(
             "GPU monitor for ML training: live GPUs, host and training processes, stall "
@@ -67,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _add_global_options(common, suppress=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in commands:
         module = importlib.import_module(f"gputop.commands.{name}")
         module.register(sub, common)
     return parser
@@ -114,9 +132,20 @@ def _check_gpus_exist(args: argparse.Namespace) -> None:
                          f"this machine has {have}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    if _monitor_only(argv):
+        parser = build_parser(("top",), _MonitorOnlyParser)
+        try:
+            return parser, parser.parse_args(argv)
+        except _NeedsEveryCommand:
+            pass  # the full parser says what is wrong, naming every command
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return parser, parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, args = _parse(argv)
     try:
         _validate_globals(args)
         if args.demo == "list":
@@ -127,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         name = args.command or "top"
         if args.command is None:
             # Parse again so `gputop` alone gets the `top` command's defaults.
-            args = parser.parse_args([*(argv if argv is not None else sys.argv[1:]), "top"])
+            args = parser.parse_args([*argv, "top"])
             _validate_globals(args)
         from gputop.fleet.cli import check_fleet_command, fleet_requested
 

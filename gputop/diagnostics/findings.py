@@ -86,6 +86,11 @@ class Finding:
         return out
 
 
+def finding_key(f: Finding) -> tuple:
+    """What names one finding across ticks: its id and what it is about."""
+    return (f.id, f.gpu, f.pid)
+
+
 def order_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Most costly first; at equal cost the more severe first, then by id for a stable order."""
     return sorted(findings, key=lambda f: (-f.cost_s, -SEVERITY_RANK[f.severity], f.id))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from statistics import fmean
 
 from gputop.diagnostics import next_steps as ns
-from gputop.diagnostics.findings import Finding, order_findings
+from gputop.diagnostics.findings import Finding, finding_key, order_findings
 from gputop.diagnostics.live_ranks import annotate, rank_imbalance
 from gputop.job_groups import jobs_in
 from gputop.model import GpuSample, ProcSample, Snapshot
@@ -838,10 +838,6 @@ def _evaluate(windows: _Windows, own_pid: int | None) -> list[Finding]:
 
 
 # -- hysteresis ---------------------------------------------------------------------------------
-
-
-def finding_key(f: Finding) -> tuple:
-    return (f.id, f.gpu, f.pid)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ snapshot tests and the screenshots use that.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import signal
@@ -28,6 +29,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.text import Text
@@ -37,21 +39,18 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.filter import LineFilter
 from textual.message import Message
-from textual.widgets import Footer
 from textual.worker import get_current_worker
 
-from gputop.diagnostics.live import finding_key
+from gputop.diagnostics.findings import finding_key
 from gputop.format import safe_text
 from gputop.job_groups import jobs_in
 from gputop.model import Snapshot
-from gputop.stacks.where import WhereFinder
 from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.layout import Plan, plan_layout
 from gputop.tui.rows import groups
 from gputop.tui.severity import worst_severity
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
-from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
 from gputop.tui.widgets.findings import (
     FindingsBanner,
     FindingsPanel,
@@ -61,10 +60,13 @@ from gputop.tui.widgets.findings import (
 )
 from gputop.tui.widgets.gpu_panel import GpuPanel
 from gputop.tui.widgets.header import StatusHeader
-from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.host_panel import HostPanel
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.text_line import TextLine
+
+if TYPE_CHECKING:
+    from gputop.stacks.where import WhereFinder
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
 CAPTURE_STEPS = 3
@@ -87,8 +89,10 @@ def freeze_startup_objects() -> None:
 
 def where_finder(auto_capture: bool) -> WhereFinder | None:
     """The findings' "where" lines (py-spy), when py-spy is installed; with --auto-capture
-    every stall on a process without the agent gets one (stacks stand in for a capture)."""
+    every stall on a process without the agent gets one (stacks stand in for a capture).
+    Made by the feed after the first frame: the stacks modules are not needed before."""
     from gputop.stacks.pyspy import find_py_spy
+    from gputop.stacks.where import WhereFinder
 
     if find_py_spy() is None:
         return None
@@ -210,7 +214,7 @@ class GputopApp(App[int]):
         else:
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
                                     diagnose=diagnose is not False,
-                                    where=where_finder(auto_capture))
+                                    make_where=functools.partial(where_finder, auto_capture))
         self.auto_capture = AutoCapturePolicy() if auto_capture else None
         self.capture_timeout = capture_timeout
         self.captures: dict[int, CaptureRun] = {}
@@ -255,7 +259,7 @@ class GputopApp(App[int]):
                 yield self.table
                 # The filter box (/) is made on first use: start-up.
             yield self.findings
-        yield Footer()
+        yield KeyFooter()
 
     def get_line_filters(self):
         if self.no_color:
@@ -538,6 +542,8 @@ class GputopApp(App[int]):
             self.table.focus()
 
     def action_help(self) -> None:
+        from gputop.tui.widgets.help_screen import HelpScreen  # on `?`: not at start-up
+
         self.push_screen(HelpScreen())
 
     def _selected_pid(self, training: bool = False) -> int | None:
@@ -583,6 +589,9 @@ class GputopApp(App[int]):
         def answered(send: bool | None) -> None:
             if send:
                 self._send_signal(row.pid, create_time, signal.SIGTERM)
+
+        # Imported on `k`: its buttons bring in widget modules the start-up does not need.
+        from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
 
         self.push_screen(ConfirmSignalScreen(row.pid, description), callback=answered)
 

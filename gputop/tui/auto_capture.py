@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable
 
-from gputop.diagnostics.live import finding_key
+from gputop.diagnostics.findings import finding_key
 
 # Stalls a step-aligned trace can explain (the others, like throttling or memory, are
 # visible from NVML alone).

@@ -18,7 +18,6 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from gputop.fleet.monitor import FleetMonitor
@@ -35,6 +34,7 @@ from gputop.tui.fleet_rows import (
 )
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.fleet_table import FleetTable
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.node_screen import NodeScreen
 from gputop.tui.widgets.remote_diagnosis import RemoteDiagnosisScreen
 from gputop.tui.widgets.text_line import TextLine
@@ -107,7 +107,7 @@ class FleetApp(App[int]):
         yield self.table
         yield self.status
         yield self.findings
-        yield Footer()
+        yield KeyFooter()
 
     def get_line_filters(self):
         if self.no_color:

@@ -141,8 +141,12 @@ class Feed:
     carries the findings active at its snapshot."""
 
     def __init__(self, post: Callable[[Frame], None], diagnose: bool = True,
-                 where: WhereFinder | None = None) -> None:
+                 where: WhereFinder | None = None,
+                 make_where: Callable[[], WhereFinder | None] | None = None) -> None:
+        """``make_where``: makes ``where`` with the history, after the first frame (it
+        brings in the stacks modules)."""
         self.post = post
+        self._make_where = make_where
         self._history: History | None = None
         self._history_lock = threading.Lock()
         self.diagnose = diagnose
@@ -167,6 +171,8 @@ class Feed:
                         from gputop.diagnostics.live import LiveDiagnosis
 
                         self.diagnosis = LiveDiagnosis()
+                    if self._make_where is not None and self.where is None:
+                        self.where = self._make_where()
                     self._history = History()
         return self._history
 
@@ -223,8 +229,9 @@ class SamplerFeed(Feed):
 
     def __init__(self, post: Callable[[Frame], None], interval: float,
                  frame_log: FrameLog | None = None, diagnose: bool = True,
-                 where: WhereFinder | None = None) -> None:
-        super().__init__(post, diagnose, where)
+                 where: WhereFinder | None = None,
+                 make_where: Callable[[], WhereFinder | None] | None = None) -> None:
+        super().__init__(post, diagnose, where, make_where)
         self.interval = interval
         self.frame_log = frame_log
         self._wake = threading.Event()
@@ -242,8 +249,10 @@ class SamplerFeed(Feed):
         self._stop.set()
         self._wake.set()
         self.first_shown.set()
-        if self.where is not None:
-            self.where.close()
+        with self._history_lock:  # not while the history (and ``where``) is being made
+            self._make_where = None
+            if self.where is not None:
+                self.where.close()
 
     @property
     def stopped(self) -> bool:

@@ -9,10 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.tui.diagnosis_view import PERFETTO, diagnosis_renderable, open_text, title_text
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine
 
 __all__ = ["DiagnosisScreen", "PERFETTO", "open_text", "title_text"]
@@ -52,7 +53,7 @@ class DiagnosisScreen(Screen[None]):
             box.border_title = "steps captured by the agent"
             box.can_focus = False  # the screen's keys scroll it, and its footer lists them
             yield self.report
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._fit(self.app.size.width)

@@ -26,11 +26,11 @@ from textual.geometry import Size
 from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Footer
 
-from gputop.diagnostics.live import finding_key
+from gputop.diagnostics.findings import finding_key
 from gputop.format import safe_text
 from gputop.tui.severity import SEVERITY_MARK
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine
 
 Piece = tuple[str, str | None]
@@ -380,7 +380,7 @@ class FindingsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield self.title_line
         yield self.view
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.update_findings(self.view.findings, self.view.notes)

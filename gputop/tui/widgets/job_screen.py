@@ -16,12 +16,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputop.diagnostics.trace_ranks import CrossRank
 from gputop.diagnostics.trace_report import format_cross_rank
 from gputop.format import safe_text
 from gputop.tui.widgets.diagnosis_screen import PERFETTO
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine
 
 # (part, style, legend): the order the segments are drawn in.
@@ -125,7 +126,7 @@ class JobScreen(Screen[None]):
         with VerticalScroll(id="job-report") as box:
             box.border_title = "ranks of the job, the same steps (scroll: arrows, PgUp/PgDn)"
             yield self.report
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.bars.border_title = "per-rank step time"

@@ -11,7 +11,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from gputop.fleet.monitor import NodeView
 from gputop.history import History
@@ -23,6 +22,7 @@ from gputop.tui.severity import worst_severity
 from gputop.tui.widgets.findings import FindingsPanel
 from gputop.tui.widgets.gpu_panel import GpuPanel
 from gputop.tui.widgets.host_panel import HostPanel
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.text_line import TextLine
 
@@ -91,7 +91,7 @@ class NodeScreen(Screen[None]):
         with Horizontal(id="node-lower"):
             yield self.table
             yield self.findings
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.mounted = True

@@ -10,13 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from gputop.format import bytes_h, pct, safe_text
 from gputop.model import ProcSample, Snapshot
 from gputop.tui.frames import WINDOW_NAMES, Frame
 from gputop.tui.rows import groups, short_command
 from gputop.tui.widgets.chart import BrailleChart
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine
 
 
@@ -61,7 +61,7 @@ class ProcessScreen(Screen[None]):
             box = self.boxes[name] = Vertical(chart, classes="chart-box")
             yield box
         yield self.worker_list
-        yield Footer()
+        yield KeyFooter()
 
     def action_close(self) -> None:
         self.dismiss(None)

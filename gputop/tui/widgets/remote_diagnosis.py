@@ -8,11 +8,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.fleet.capture import RemoteCapture, report_text
 from gputop.tui.widgets.diagnosis_screen import PERFETTO
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine
 
 
@@ -59,7 +60,7 @@ class RemoteDiagnosisScreen(Screen[None]):
         with VerticalScroll(id="remote-report") as box:
             box.border_title = "steps captured on the node (scroll: arrows, PgUp/PgDn)"
             yield self.report
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#remote-report", VerticalScroll).focus()

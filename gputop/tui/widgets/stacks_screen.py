@@ -13,11 +13,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from gputop.format import safe_text
 from gputop.stacks.render import format_stacks
+from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine
 
 SAMPLE_SECONDS = 2  # short enough that the view is filled within a few seconds of `p`
@@ -63,7 +64,7 @@ class StacksScreen(Screen[None]):
         with VerticalScroll(id="stacks-report") as box:
             box.border_title = "py-spy samples (scroll: arrows, PgUp/PgDn; r: sample again)"
             yield self.body
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#stacks-report", VerticalScroll).focus()
