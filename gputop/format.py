@@ -56,8 +56,11 @@ def ms_h(x_ms: float) -> str:
 def safe_text(text: object) -> str:
     """Text from outside (a command line, an agent's message) made safe to print: control
     characters, escapes and bidi overrides become visible ``\\x..`` / ``\\u....`` codes."""
+    text = str(text)
+    if text.isprintable():  # every character below is in a category isprintable refuses
+        return text
     out = []
-    for ch in str(text):
+    for ch in text:
         code = ord(ch)
         if code < 0x20 or 0x7F <= code < 0xA0:
             out.append(f"\\x{code:02x}")

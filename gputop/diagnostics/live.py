@@ -259,6 +259,13 @@ class _Context:
     span: float  # how far back the history kept goes (up to KEEP_S)
     gpus: dict[int, _GpuWindows]  # the GPUs of the newest snapshot
     _per_gpu: list[tuple[int, list[GpuSample]]] | None = None
+    _host_cpu: float | None = None
+
+    def host_cpu(self) -> float:
+        """The host's mean CPU % over the window (0 when unknown)."""
+        if self._host_cpu is None:
+            self._host_cpu = _mean(s.host.cpu_percent for s in self.window) or 0.0
+        return self._host_cpu
 
     def per_gpu(self) -> list[tuple[int, list[GpuSample]]]:
         """(index, samples of the last WINDOW_S) of every GPU of the newest snapshot."""
@@ -284,15 +291,41 @@ class _TreeLoad:
 
 
 def _tree_load(ctx: _Context, gpus: list[GpuSample], pid: int) -> _TreeLoad:
-    procs = _proc_series(gpus, pid)
+    """One pass over the window (three rules ask this of every GPU process every tick):
+    the same means and shares as ``_mean`` and ``_runnable_share`` give."""
+    main_cpu: list[float] = []
+    worker_cpu: list[float] = []
+    waits: list[float] = []
+    main_states = main_running = worker_states = worker_running = 0
+    last = None
+    for g in gpus:
+        for p in g.processes:
+            if p.pid != pid:
+                continue
+            last = p
+            if p.cpu_percent is not None and p.cpu_percent == p.cpu_percent:
+                main_cpu.append(p.cpu_percent)
+            if p.state:
+                main_states += 1
+                main_running += p.state == "running"
+            if p.agent:
+                wait = p.agent.get("dataloader_wait_share")
+                if wait is not None and wait == wait:
+                    waits.append(wait)
+            for w in p.workers:
+                if w.cpu_percent is not None and w.cpu_percent == w.cpu_percent:
+                    worker_cpu.append(w.cpu_percent)
+                if w.state:
+                    worker_states += 1
+                    worker_running += w.state == "running"
     return _TreeLoad(
-        main_cpu=_mean(p.cpu_percent for p in procs),
-        main_runnable=_runnable_share(p.state for p in procs),
-        n_workers=len(procs[-1].workers),
-        worker_cpu=_mean(w.cpu_percent for p in procs for w in p.workers),
-        worker_runnable=_runnable_share(w.state for p in procs for w in p.workers),
-        wait_share=_mean((p.agent or {}).get("dataloader_wait_share") for p in procs),
-        host_cpu=_mean(s.host.cpu_percent for s in ctx.window) or 0.0,
+        main_cpu=_mean(main_cpu),
+        main_runnable=main_running / main_states if main_states else 0.0,
+        n_workers=len(last.workers) if last is not None else 0,
+        worker_cpu=_mean(worker_cpu),
+        worker_runnable=worker_running / worker_states if worker_states else 0.0,
+        wait_share=_mean(waits),
+        host_cpu=ctx.host_cpu(),
     )
 
 

@@ -58,20 +58,31 @@ def no_data_rows(limit: float, width: int, height: int) -> list[str]:
 
 def changed_span(old: Line, new: Line) -> tuple[int, int] | None:
     """The cells [start, end) of a line that differ, or None for the whole line (a change of
-    style or of a wide character's position)."""
-    if [r for _, r in old] != [r for _, r in new] or [len(t) for t, _ in old] != [
-            len(t) for t, _ in new]:
+    style or of a piece's length, which may move a wide character). Pieces are compared
+    first: most of a line's pieces are the same objects or equal."""
+    if len(old) != len(new):
         return None
-    a, b = "".join(t for t, _ in old), "".join(t for t, _ in new)
-    if len(a) != len(b):
-        return None
-    start = 0
-    while start < len(a) and a[start] == b[start]:
-        start += 1
-    end = len(a)
-    while end > start and a[end - 1] == b[end - 1]:
-        end -= 1
-    return start, end
+    offset = 0
+    first = last = None  # (offset, old text, new text) of the first and last changed piece
+    for (a, role_a), (b, role_b) in zip(old, new):
+        if role_a != role_b or len(a) != len(b):
+            return None
+        if a != b:
+            if first is None:
+                first = (offset, a, b)
+            last = (offset, a, b)
+        offset += len(a)
+    if first is None:
+        return 0, 0
+    start, a, b = first
+    i = 0
+    while a[i] == b[i]:  # a != b and as long: they differ somewhere
+        i += 1
+    end, a, b = last
+    j = len(a)
+    while a[j - 1] == b[j - 1]:
+        j -= 1
+    return start + i, end + j
 
 
 class GpuPanel(DirectLines, ScrollView, can_focus=False):
