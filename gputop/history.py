@@ -22,18 +22,9 @@ import numpy as np
 
 from gputop.model import Snapshot
 
-GPU_FIELDS = (
-    "util_gpu",
-    "util_mem",
-    "mem_used",
-    "power_w",
-    "pcie_tx_mbs",
-    "pcie_rx_mbs",
-    "temperature_c",
-    "sm_clock_mhz",
-    "sm_active",
-    "tensor_active",
-)
+# The GPU series the monitor draws (the cards' and rows' charts; frames.CHART_FIELDS): a
+# series costs three tiers of appends a tick per GPU, so what nothing draws is not kept.
+GPU_FIELDS = ("util_gpu", "mem_used", "power_w", "pcie_rx_mbs")
 HOST_FIELDS = ("cpu_percent", "memory_used", "iowait")
 
 MINUTE = 60.0

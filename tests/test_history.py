@@ -72,3 +72,11 @@ def test_process_series_are_evicted_and_capped():
     assert set(h.processes) == {1, 2, 3}  # capped
     h.record(_snap(History.PROCESS_TTL + 1, 1.0, pids=(9,)))
     assert set(h.processes) == {9}  # the old ones expired, the new one took a slot
+
+
+def test_every_charted_field_is_kept():
+    """The history keeps only the GPU series something draws: each chart's field is one."""
+    from gputop.history import GPU_FIELDS
+    from gputop.tui.frames import CHART_FIELDS
+
+    assert set(CHART_FIELDS) <= set(GPU_FIELDS)

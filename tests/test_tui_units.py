@@ -287,3 +287,25 @@ def test_braille_of_several_charts_in_one_pass_matches_each_chart_drawn_alone():
     for n in (1, 2, 5, 60):
         values = rng.uniform(0.0, 3.0, n)
         assert _median(values) == float(np.median(values))
+
+
+def test_row_structure_changes_with_processes_and_workers_not_with_numbers():
+    """The process table skips rebuilding its rows while the structure stays the same: new
+    numbers keep it, a worker that comes or a rank that joins a job changes it."""
+    import dataclasses
+
+    from gputop.tui.widgets.process_table import _structure
+    from tests.tui_data import scenario_snapshots
+
+    first, second = scenario_snapshots("input-starved", 3)[1:]
+    assert _structure(first) == _structure(second)
+    assert first.gpus[0].processes and first.gpus[0].processes[0].workers
+    proc = first.gpus[0].processes[0]
+    fewer = dataclasses.replace(proc, workers=proc.workers[:-1])
+    gpu = dataclasses.replace(first.gpus[0], processes=(fewer, *first.gpus[0].processes[1:]))
+    assert _structure(dataclasses.replace(first, gpus=(gpu, *first.gpus[1:]))) != \
+        _structure(first)
+    ranked = dataclasses.replace(proc, agent={"job_id": "j1", "rank": 0})
+    gpu = dataclasses.replace(first.gpus[0], processes=(ranked, *first.gpus[0].processes[1:]))
+    assert _structure(dataclasses.replace(first, gpus=(gpu, *first.gpus[1:]))) != \
+        _structure(first)

@@ -55,6 +55,19 @@ def cell_text(key: str, value: str, width: int) -> str:
     return pad + text if key in _RIGHT else text + pad
 
 
+def _structure(snapshot: Snapshot) -> tuple:
+    """What the order of rows sorted by GPU or pid depends on: the processes on each GPU,
+    their parents and workers, and the job and rank their agents report."""
+    def proc(p) -> tuple:
+        agent = p.agent or {}
+        job = (agent.get("job_id"), agent.get("rank"), agent.get("local_rank"),
+               agent.get("world_size"), agent.get("local_world_size")) if agent else None
+        return p.pid, p.ppid, tuple(w.pid for w in p.workers), job
+
+    return (tuple((g.index, tuple(proc(p) for p in g.processes)) for g in snapshot.gpus),
+            tuple(proc(p) for p in snapshot.other_processes))
+
+
 class ProcessTable(DirectLines, ScrollView, can_focus=True):
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; overflow-x: hidden; scrollbar-size-vertical: 1; }
@@ -94,6 +107,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         self.cursor = 0
         self.marks: dict[int, str] = {}  # pid -> severity of the worst finding about it
         self._values_time: float | None = None
+        self._structure: tuple | None = None  # of the snapshot the rows were built from
         self._texts: dict[str, str] = {}  # row key -> its line as drawn (without the cursor)
         self._strips: dict[tuple[str, bool], Strip] = {}
         self._header: Strip | None = None
@@ -188,6 +202,12 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         self.refresh_rows()
 
     def _same_rows(self, snapshot: Snapshot) -> bool:
+        # Sorted by GPU or pid and not filtered, the rows follow from which processes,
+        # workers and job ranks there are, not from their numbers: compare those first.
+        structure = _structure(snapshot) if (self.sort_key in ("gpu", "pid")
+                                              and not self.needle.strip()) else None
+        if structure is not None and structure == self._structure:
+            return True
         rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
                           self.marks)
         return [r.key for r in rows] == self.order
@@ -197,6 +217,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
             return
         rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
                           self.marks)
+        self._structure = _structure(self.snapshot)
         selected = self.selected_row()
         order = [r.key for r in rows]
         self.rows_by_key = {r.key: r for r in rows}
