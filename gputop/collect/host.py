@@ -137,6 +137,7 @@ class HostCollector:
         self._children_at = -1e9
         self._last_io: tuple[float, object, dict] | None = None
         self._ticks = 0
+        self._io_rates: tuple[float | None, float | None, float | None, float | None] | None = None
         self._slow: tuple[int, int, int | None] | None = None
         # Prime the rate counters so the first sample() has a baseline.
         psutil.cpu_percent(percpu=True)
@@ -179,7 +180,11 @@ class HostCollector:
         times = psutil.cpu_times_percent()
         mem = psutil.virtual_memory()
         load = os.getloadavg()
-        disk_r, disk_w, net_rx, net_tx = self._io_counters()
+        # Disk and network rates over two ticks: psutil's disk counters look up every
+        # device in /sys each call, the costliest read of the host's.
+        if self._io_rates is None or self._ticks % 2 == 0:
+            self._io_rates = self._io_counters()
+        disk_r, disk_w, net_rx, net_tx = self._io_rates
         # Swap and the process count move slowly and cost two more reads of /proc each:
         # every SLOW_TICKS ticks, as the GPUs' slow fields.
         if self._slow is None or self._ticks % self.SLOW_TICKS == 0:

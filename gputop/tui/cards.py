@@ -38,12 +38,15 @@ HEAVY = "┏━┓┃┗┛"
 
 def chart_limit(gpu: GpuSample, field: str) -> float | None:
     """The fixed top of each chart, so one glance compares GPUs."""
-    return {
-        "util_gpu": 100.0,
-        "mem_used": float(gpu.mem_total) if gpu.mem_total else None,
-        "power_w": gpu.power_limit_w,
-        "pcie_rx_mbs": pcie_link_max_mbs(gpu),
-    }[field]
+    if field == "util_gpu":
+        return 100.0
+    if field == "mem_used":
+        return float(gpu.mem_total) if gpu.mem_total else None
+    if field == "power_w":
+        return gpu.power_limit_w
+    if field == "pcie_rx_mbs":
+        return pcie_link_max_mbs(gpu)
+    raise KeyError(field)
 
 
 def fit(pieces: Iterable[Piece], width: int) -> Line:
