@@ -900,8 +900,12 @@ class LiveDiagnosis:
         self._absent: dict[tuple, float] = {}  # active key -> first time it did not hold
         self.active: dict[tuple, Finding] = {}
 
-    def update(self, snap: Snapshot) -> list[Transition]:
+    def update(self, snap: Snapshot, evaluate: bool = True) -> list[Transition]:
+        """Take ``snap`` into the windows; with ``evaluate``, run the rules on them too (a
+        caller may run them less often than it samples: the windows hold every snapshot)."""
         self._windows.add(snap)
+        if not evaluate:
+            return []
         now = snap.time
         current = {finding_key(f): f for f in _evaluate(self._windows, self.own_pid)}
         transitions: list[Transition] = []

@@ -85,6 +85,18 @@ def changed_span(old: Line, new: Line) -> tuple[int, int] | None:
     return start + i, end + j
 
 
+def merged(line: Line) -> list[tuple[str, str | None]]:
+    """Neighbouring pieces of one role as one: a card row is ~30 pieces, and every segment
+    is an object the compositor cuts and the garbage collector walks."""
+    out: list[tuple[str, str | None]] = []
+    for text, role in line:
+        if out and out[-1][1] == role:
+            out[-1] = (out[-1][0] + text, role)
+        else:
+            out.append((text, role))
+    return out
+
+
 class GpuPanel(DirectLines, ScrollView, can_focus=False):
     DEFAULT_CSS = """
     GpuPanel { height: 8; overflow-x: hidden; scrollbar-size-vertical: 1; }
@@ -304,8 +316,8 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
                 strip = Strip.blank(width, styles[None])
             else:
                 base = styles[None]
-                segments = [Segment(text, styles.get(role, base)) for text, role in
-                            self.lines[index]]
+                segments = [Segment(text, styles.get(role, base))
+                            for text, role in merged(self.lines[index])]
                 if width == self._width:  # lines are built exactly this wide
                     strip = Strip(segments, width)
                 else:
