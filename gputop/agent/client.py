@@ -121,29 +121,46 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
+_sockets: dict[Path, tuple[tuple[int, int], float, list[tuple[int, Path]]]] = {}
+
+
+def _sockets_in(directory: Path) -> list[tuple[int, Path]]:
+    """(pid, path) of the agent sockets in ``directory``, listed again only when it changed
+    (its mtime) or LISTING_KEEP_S passed: the monitor asks every tick."""
+    st = os.stat(directory)
+    key = (st.st_ino, st.st_mtime_ns)
+    now = time.monotonic()
+    cached = _sockets.get(directory)
+    if cached is not None and cached[0] == key and now - cached[1] < LISTING_KEEP_S:
+        return cached[2]
+    found = []
+    for entry in os.scandir(directory):
+        m = _SOCKET_NAME.match(entry.name)
+        if not m:
+            continue
+        try:
+            if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                found.append((int(m.group(1)), Path(entry.path)))
+        except OSError:
+            continue
+    _sockets[directory] = (key, now, found)
+    return found
+
+
 def list_agents() -> dict[int, Path]:
     """pid -> socket path of every agent we may talk to; removes sockets of dead processes."""
     agents: dict[int, Path] = {}
     for directory, owner in _search_dirs():
         try:
             check_socket_dir(directory, owner)
-            entries = list(os.scandir(directory))
+            entries = _sockets_in(directory)
         except (OSError, AgentError):
             continue
-        for entry in entries:
-            m = _SOCKET_NAME.match(entry.name)
-            if not m:
-                continue
-            pid = int(m.group(1))
-            try:
-                if not stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                    continue
-            except OSError:
-                continue
+        for pid, path in entries:
             if not _pid_alive(pid):
-                _unlink_quietly(Path(entry.path))
+                _unlink_quietly(path)
                 continue
-            agents.setdefault(pid, Path(entry.path))
+            agents.setdefault(pid, path)
     return agents
 
 
