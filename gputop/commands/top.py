@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -45,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
         )
     from gputop.tui.early_start import EarlySampler
 
+    # No cyclic garbage collection until the first frames are drawn (the app collects once
+    # and turns it back on then, freeze_startup_objects): importing and building the
+    # interface allocates ~100 000 objects, and the collector walked them over and over on
+    # the way, ~10 % of the CPU to the first frame.
+    gc.disable()
     # The driver opens (and a demo starts) while the interface is imported and built.
     early = EarlySampler(args.demo, args.gpus, args.seed).start()
     from gputop.tui.app import GputopApp

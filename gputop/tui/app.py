@@ -85,6 +85,7 @@ def freeze_startup_objects() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(7000, 10, 10)
+    gc.enable()  # `gputop top` starts with it off (commands/top.py)
 
 
 def where_finder(auto_capture: bool) -> WhereFinder | None:
