@@ -25,7 +25,22 @@ PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0
 
 
-def end_with_parent(parent_pid: int, stop: threading.Event) -> None:
+class StopFlag:
+    """Set by the SIGTERM handler and the parent watch without a lock: a handler that takes
+    a lock (threading.Event.set does) deadlocks when it interrupts code holding that lock,
+    and a watch waiting on the same lock would then never end the process."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+def end_with_parent(parent_pid: int, stop: StopFlag) -> None:
     """Stop when the parent dies or on SIGTERM, and leave for sure within STOP_GRACE_S.
 
     The signal handler only sets ``stop``: raising SystemExit from a handler can land while
@@ -45,7 +60,8 @@ def end_with_parent(parent_pid: int, stop: threading.Event) -> None:
         while not stop.is_set():
             if os.getppid() != parent_pid:
                 stop.set()
-            stop.wait(0.5)
+                break
+            time.sleep(0.5)
         time.sleep(STOP_GRACE_S)  # a daemon thread: a clean exit before this ends it
         os._exit(0)
 
@@ -81,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # A clean exit on SIGTERM, at a step boundary: atexit handlers run and the agent removes
     # its socket.
-    stop = threading.Event()
+    stop = StopFlag()
     end_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid(), stop)
 
     import gputop.agent
