@@ -38,27 +38,34 @@ from gputop.agent.protocol import (  # noqa: F401
 # --- finding agents --------------------------------------------------------------------------
 
 
-# Listings of /tmp and /run/user, kept while the directory's mtime (which any entry made,
-# removed or renamed moves) stays the same, and for LISTING_KEEP_S at most (the kernel's
-# timestamps are coarse: two changes within one clock tick leave the same mtime): root looks
-# for every user's agents each tick, and /tmp on a shared node holds hundreds of entries.
+# Directory listings (/tmp, /run/user, the socket directories), kept while the directory's
+# mtime (which any entry made, removed or renamed moves) stays the same, and for LISTING_KEEP_S
+# at most (the kernel's timestamps are coarse: two changes within one clock tick leave the same
+# mtime): the monitor looks for agents every tick, and /tmp on a shared node holds hundreds of
+# entries.
 LISTING_KEEP_S = 10.0
-_listings: dict[str, tuple[tuple[int, int], float, list[str]]] = {}
+_listings: dict[tuple[str, Callable], tuple[tuple[int, int], float, Any]] = {}
+
+
+def _listing(directory: str | Path, read: Callable[[str | Path], Any]) -> Any:
+    """``read(directory)``, again only when the directory changed or LISTING_KEEP_S passed;
+    raises OSError as os.stat does."""
+    st = os.stat(directory)
+    key = (st.st_ino, st.st_mtime_ns)
+    now = time.monotonic()
+    cached = _listings.get((str(directory), read))
+    if cached is not None and cached[0] == key and now - cached[1] < LISTING_KEEP_S:
+        return cached[2]
+    value = read(directory)
+    _listings[(str(directory), read)] = (key, now, value)
+    return value
 
 
 def _entries(directory: str) -> list[str]:
     try:
-        st = os.stat(directory)
-        key = (st.st_ino, st.st_mtime_ns)
-        now = time.monotonic()
-        cached = _listings.get(directory)
-        if cached is not None and cached[0] == key and now - cached[1] < LISTING_KEEP_S:
-            return cached[2]
-        names = os.listdir(directory)
+        return _listing(directory, os.listdir)
     except OSError:
         return []
-    _listings[directory] = (key, now, names)
-    return names
 
 
 _USER_TMP = re.compile(r"^gputop-([0-9]+)$")
@@ -121,18 +128,8 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-_sockets: dict[Path, tuple[tuple[int, int], float, list[tuple[int, Path]]]] = {}
-
-
-def _sockets_in(directory: Path) -> list[tuple[int, Path]]:
-    """(pid, path) of the agent sockets in ``directory``, listed again only when it changed
-    (its mtime) or LISTING_KEEP_S passed: the monitor asks every tick."""
-    st = os.stat(directory)
-    key = (st.st_ino, st.st_mtime_ns)
-    now = time.monotonic()
-    cached = _sockets.get(directory)
-    if cached is not None and cached[0] == key and now - cached[1] < LISTING_KEEP_S:
-        return cached[2]
+def _read_sockets(directory: str | Path) -> list[tuple[int, Path]]:
+    """(pid, path) of the agent sockets in ``directory``."""
     found = []
     for entry in os.scandir(directory):
         m = _SOCKET_NAME.match(entry.name)
@@ -143,7 +140,6 @@ def _sockets_in(directory: Path) -> list[tuple[int, Path]]:
                 found.append((int(m.group(1)), Path(entry.path)))
         except OSError:
             continue
-    _sockets[directory] = (key, now, found)
     return found
 
 
@@ -153,7 +149,7 @@ def list_agents() -> dict[int, Path]:
     for directory, owner in _search_dirs():
         try:
             check_socket_dir(directory, owner)
-            entries = _sockets_in(directory)
+            entries = _listing(directory, _read_sockets)
         except (OSError, AgentError):
             continue
         for pid, path in entries:

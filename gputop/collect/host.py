@@ -41,15 +41,23 @@ class _Stat:
     rss: int
 
 
-def _read_stat(pid: int) -> _Stat | None:
-    """One read of /proc/PID/stat; None when the process is gone or not visible."""
+def _read_proc(path: str, size: int = 4096) -> bytes | None:
+    """One os.read of a small /proc file (no file object: these run per process per tick);
+    None when it is gone or not readable."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
         try:
-            data = os.read(fd, 4096)
+            return os.read(fd, size)
         finally:
             os.close(fd)
     except OSError:
+        return None
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    """One read of /proc/PID/stat; None when the process is gone or not visible."""
+    data = _read_proc(f"/proc/{pid}/stat")
+    if data is None:
         return None
     try:
         head, _, rest = data.rpartition(b")")
@@ -87,15 +95,13 @@ def _ppid_map() -> dict[int, int]:
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            try:
-                data = os.read(fd, 4096)
-            finally:
-                os.close(fd)
-            out[int(name)] = int(data[data.rfind(b")") + 2:].split(None, 2)[1])
-        except (OSError, ValueError, IndexError):
+        data = _read_proc(f"/proc/{name}/stat")
+        if data is None:
             continue  # gone meanwhile, or not readable
+        try:
+            out[int(name)] = int(data[data.rfind(b")") + 2:].split(None, 2)[1])
+        except (ValueError, IndexError):
+            continue
     return out
 
 
@@ -103,13 +109,8 @@ def _main_thread_children(pid: int) -> list[int] | None:
     """The children the process's main thread forked (where DataLoader workers come from),
     from /proc/PID/task/PID/children: one read instead of a scan of every process. None
     where the kernel lacks the file (CONFIG_PROC_CHILDREN) or the process is gone."""
-    try:
-        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
-        try:
-            data = os.read(fd, 65536)
-        finally:
-            os.close(fd)
-    except OSError:
+    data = _read_proc(f"/proc/{pid}/task/{pid}/children", 65536)
+    if data is None:
         return None
     try:
         return [int(child) for child in data.split()]

@@ -62,16 +62,6 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return math.fsum(vals) / len(vals) if vals else None
 
 
-def _runnable_share(states: Iterable[str | None]) -> float:
-    """Share of samples in which a process was running or waiting for a CPU (state R).
-
-    A CPU-bound process on an oversubscribed host gets less than a core, so its CPU % understates
-    how busy it is; but it is runnable whenever it is not given the CPU. One /proc read per tick
-    is an instant, so over a window this estimates the share of time it wanted a CPU."""
-    states = [s for s in states if s]
-    return sum(s == "running" for s in states) / len(states) if states else 0.0
-
-
 def _proc_series(gpus: list[GpuSample], pid: int) -> list[ProcSample]:
     return [p for g in gpus for p in g.processes if p.pid == pid]
 
@@ -291,8 +281,13 @@ class _TreeLoad:
 
 
 def _tree_load(ctx: _Context, gpus: list[GpuSample], pid: int) -> _TreeLoad:
-    """One pass over the window (three rules ask this of every GPU process every tick):
-    the same means and shares as ``_mean`` and ``_runnable_share`` give."""
+    """One pass over the window (three rules ask this of every GPU process).
+
+    The runnable shares are the share of samples in which a process was running or waiting
+    for a CPU (state R): a CPU-bound process on an oversubscribed host gets less than a core,
+    so its CPU % understates how busy it is, but it is runnable whenever it is not given the
+    CPU; one /proc read per tick is an instant, so over a window this estimates the share of
+    time it wanted a CPU."""
     main_cpu: list[float] = []
     worker_cpu: list[float] = []
     waits: list[float] = []

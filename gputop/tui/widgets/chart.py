@@ -57,7 +57,7 @@ def resample(t: np.ndarray, v: np.ndarray, start: float, end: float, bins: int) 
     return out
 
 
-def _levels(values: np.ndarray, vmax: float, steps: int) -> np.ndarray:
+def _levels(values: np.ndarray, vmax: float | np.ndarray, steps: int) -> np.ndarray:
     """Values to 0..steps; -1 where there is no data; any sample shows at least one step."""
     scaled = np.where(np.isnan(values), -1.0, np.clip(values / vmax, 0.0, 1.0) * steps)
     levels = np.rint(scaled).astype(np.int64)
@@ -71,13 +71,7 @@ def braille_lines(values: np.ndarray, vmax: float, height: int) -> list[str]:
         values = np.append(values, np.nan)
     if vmax <= 0 or not len(values):
         return [" " * (len(values) // 2)] * height
-    levels = _levels(values, vmax, height * 4)
-    # Every row at once: the dots each row's cells hold, from the top row down.
-    bases = np.arange(height - 1, -1, -1)[:, None] * 4
-    dots = np.minimum(np.maximum(levels[None, :] - bases, 0), 4)
-    codes = (dots[:, 0::2] * 5 + dots[:, 1::2]).tolist()
-    cells = _CELLS
-    return ["".join([cells[c] for c in row]) for row in codes]
+    return _braille_many(values[None, :], [vmax], height)[0]
 
 
 def sparkline(values: np.ndarray, vmax: float) -> str:
@@ -207,10 +201,6 @@ def chart_rows_many(t: np.ndarray, values: list[np.ndarray], start: float, end: 
     # Rows of one height in one array pass (a card's charts differ by a line at most).
     for height in sorted({heights[i] for i in rows}):
         group = [n for n, i in enumerate(rows) if heights[i] == height]
-        if bins <= 0:
-            for n in group:
-                out[rows[n]] = braille_lines(binned[n], vmaxes[rows[n]], height)
-            continue
         drawn = _braille_many(binned[group], [vmaxes[rows[n]] for n in group], height)
         for n, lines in zip(group, drawn):
             out[rows[n]] = lines
@@ -227,13 +217,10 @@ def _median(values: np.ndarray) -> float:
 
 
 def _braille_many(binned: np.ndarray, vmaxes: list[float], height: int) -> list[list[str]]:
-    """``braille_lines`` of each row of ``binned`` (an even number of bins, vmax > 0), all
-    of one height, in one array pass."""
-    steps = height * 4
-    vmax = np.asarray(vmaxes, dtype=np.float64)[:, None]
-    scaled = np.where(np.isnan(binned), -1.0, np.clip(binned / vmax, 0.0, 1.0) * steps)
-    levels = np.rint(scaled).astype(np.int64)
-    levels[(levels == 0) & (scaled >= 0)] = 1
+    """Rows (top first) of the area chart of each row of ``binned`` (an even number of bins,
+    vmax > 0), all of one height, in one array pass: the dots each row's cells hold, from the
+    top row down."""
+    levels = _levels(binned, np.asarray(vmaxes, dtype=np.float64)[:, None], height * 4)
     bases = np.arange(height - 1, -1, -1)[None, :, None] * 4
     dots = np.minimum(np.maximum(levels[:, None, :] - bases, 0), 4)
     codes = (dots[:, :, 0::2] * 5 + dots[:, :, 1::2]).tolist()

@@ -210,7 +210,10 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
             return True
         rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
                           self.marks)
-        return [r.key for r in rows] == self.order
+        same = [r.key for r in rows] == self.order
+        if same and structure is not None:
+            self._structure = structure  # the same rows: not built again next tick
+        return same
 
     def refresh_rows(self) -> None:
         if self.snapshot is None:
