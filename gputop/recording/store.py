@@ -7,6 +7,10 @@ Layout of a recording ``run.parquet/`` (a directory, as Spark and pyarrow datase
 * ``_processes/part-*.parquet``: one row per training process per sample, with agent telemetry;
 * ``_host/part-*.parquet``: one row per sample;
 * ``_findings/part-*.parquet``: one row per finding raised or cleared by the live rules;
+* ``_snapshots/part-*.parquet``: one row per sample, the whole snapshot as ``snapshot --json``
+  (column ``snapshot``, JSON text): every input the live rules read (DRAM activity, the PCIe
+  link, process states for the runnable share, agent telemetry), so ``gputop replay`` runs the
+  same rules on the same inputs. Recordings made before it have no such table;
 * ``_meta.json``: host, driver, GPU models, gputop version, interval.
 
 Each part is written to a hidden temporary file and renamed into place, so every visible part is
@@ -24,19 +28,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gputop import __version__
-from gputop.model import Snapshot
+from gputop.model import Snapshot, snapshot_to_json
 
 TABLES = ("gpus", "processes", "host", "findings")
-_SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "_findings"}
+_SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "_findings",
+           "snapshots": "_snapshots"}
+# Written beside TABLES, read only by replay (a report does not need whole snapshots).
+SNAPSHOTS = "snapshots"
 
 GPU_COLUMNS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w",
                "energy_j", "pcie_tx_mbs", "pcie_rx_mbs", "temperature_c", "sm_clock_mhz",
                "sm_clock_max_mhz", "sm_active", "tensor_active", "ecc_volatile")
+# Written since the snapshots table; absent from older recordings, so never required.
+GPU_EXTRA_COLUMNS = ("sm_occupancy", "dram_active", "pcie_gen", "pcie_width", "pcie_gen_max",
+                     "pcie_width_max", "mem_clock_mhz")
 COMMAND_CHARS = 300  # a command line is kept this long: enough to name a job, bounded per row
 AGENT_COLUMNS = ("steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
                  "dataloader_wait_share")
@@ -80,7 +91,7 @@ def gpu_rows(snap: Snapshot) -> list[dict[str, Any]]:
     for g in snap.gpus:
         row: dict[str, Any] = {"time": snap.time, "gpu": g.index, "name": g.name, "uuid": g.uuid,
                                "lost": g.lost, "clock_events": ",".join(g.clock_events)}
-        for name in GPU_COLUMNS:
+        for name in (*GPU_COLUMNS, *GPU_EXTRA_COLUMNS):
             value = getattr(g, name)
             row[name] = None if value is None else float(value)
         rows.append(row)
@@ -118,13 +129,23 @@ def host_row(snap: Snapshot) -> dict[str, Any]:
             "load_1": h.load_1}
 
 
+_snapshot_encoder = msgspec.json.Encoder()
+
+
+def snapshot_row(snap: Snapshot) -> dict[str, Any]:
+    """The whole snapshot, as the public JSON (msgspec writes NaN as null)."""
+    return {"time": snap.time,
+            "snapshot": _snapshot_encoder.encode(snapshot_to_json(snap)).decode()}
+
+
 @dataclass
 class Recorder:
     """Buffers rows and writes them as Parquet parts under ``path``."""
 
     path: Path
     flush_every: float = 30.0
-    _buffers: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    _buffers: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {t: [] for t in (*TABLES, SNAPSHOTS)})
     _part: int = 0
     _last_flush: float | None = None
     rows_written: int = 0
@@ -134,7 +155,7 @@ class Recorder:
         try:
             if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
                 raise RecordingError(f"{self.path} already exists; choose a new path or remove it")
-            for table in TABLES:
+            for table in (*TABLES, SNAPSHOTS):
                 (self.path / _SUBDIR[table]).mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.path / "_meta.json", json.dumps(meta, indent=1).encode())
         except OSError as exc:
@@ -145,6 +166,7 @@ class Recorder:
         self._buffers["processes"].extend(process_rows(snap))
         self._buffers["host"].append(host_row(snap))
         self._buffers["findings"].extend(findings)
+        self._buffers[SNAPSHOTS].append(snapshot_row(snap))
         if self._last_flush is None:
             self._last_flush = snap.time
         if snap.time - self._last_flush >= self.flush_every:
@@ -164,7 +186,7 @@ class Recorder:
                 self.rows_written += len(rows)
         except OSError as exc:
             raise RecordingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-        self._buffers = {t: [] for t in TABLES}
+        self._buffers = {t: [] for t in (*TABLES, SNAPSHOTS)}
         self._last_flush = now if now is not None else self._last_flush
 
 
@@ -177,7 +199,10 @@ def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
         "driver_version": snap.driver.driver_version,
         "cuda_version": snap.driver.cuda_version,
         "simulated": snap.driver.simulated,
-        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snap.gpus],
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid,
+                  "pcie_gen_max": g.pcie_gen_max, "pcie_width_max": g.pcie_width_max}
+                 for g in snap.gpus],
+        "snapshot_schema": 1,
     }
 
 
@@ -201,6 +226,7 @@ REQUIRED = {
     "processes": {"time", "pid", "gpu", "name", "cpu_percent", "workers", *AGENT_COLUMNS},
     "host": {"time"},
     "findings": {"time"},
+    "snapshots": {"time", "snapshot"},
 }
 
 
@@ -255,3 +281,13 @@ def read_recording(path: Path) -> Recording:
         why = f"; unreadable: {', '.join(bad)}" if bad else " (nothing was flushed)"
         raise RecordingError(f"{path} holds no readable samples{why}")
     return Recording(path, meta, **tables, bad_parts=bad)
+
+
+def read_snapshot_rows(path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The recording's snapshots table (time, snapshot JSON text), in time order, and the parts
+    that could not be read. Empty for recordings made before the table existed."""
+    bad: list[str] = []
+    frame = _read_table(path / _SUBDIR[SNAPSHOTS], path, bad, SNAPSHOTS)
+    if not frame.empty:
+        frame = frame.sort_values("time", kind="stable", ignore_index=True)
+    return frame, bad
