@@ -155,8 +155,13 @@ class StepTelemetry:
             )
             # Steps slower than the window still get a rate: widen it to two steps.
             span = min(max(_WINDOW_S, 2 * p50), now - (self.first_step_at or now))
+            count = sum(1 for s in ring if s[0] > now - span)
+            if len(ring) == _RING and ring[0][0] > now - span:
+                # The ring holds fewer seconds than the span (a fast job: 512 steps are 4 s at
+                # 120 steps/s): rate over the time the ring covers, after its oldest step.
+                span, count = now - ring[0][0], len(ring) - 1
             if span > 0:
-                result["steps_per_s"] = round(sum(1 for s in ring if s[0] > now - span) / span, 4)
+                result["steps_per_s"] = round(count / span, 4)
         elif last is not None:
             result["steps_per_s"] = 0.0
         return result
