@@ -138,6 +138,28 @@ def test_hostile_lines_are_refused_with_a_reason():
     assert isinstance(error, StreamError) and error.message == "NVML gone"
 
 
+def test_every_json_spelling_of_an_unsafe_character_arrives_escaped():
+    """Each character safe_text escapes, written every way JSON can write it (raw UTF-8, a
+    short escape, a \\u escape in either case), comes out escaped: the decoder's fast path
+    that skips lines with nothing to escape must recognise them all."""
+    from gputop.format import safe_text
+
+    unsafe = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F,
+                               *range(0x202A, 0x202F), *range(0x2066, 0x206A))]
+    short = {"\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+    for ch in unsafe:
+        spellings = {f"\\u{ord(ch):04x}", f"\\u{ord(ch):04X}"}
+        if ch in short:
+            spellings.add("\\" + short[ch])
+        if ord(ch) >= 0x7F:
+            spellings.add(ch)  # raw (JSON refuses raw C0 controls)
+        for spelled in spellings:
+            line = ('{"type": "hello", "schema": 1, "hostname": "a' + spelled + 'b"}').encode()
+            hello = decode_line(line)
+            assert hello.hostname == safe_text("a" + ch + "b") and hello.hostname.isprintable(), \
+                (spelled, hello.hostname)
+
+
 def view(host: str, state: str, **kw) -> NodeView:
     return NodeView(host=host, state=state, **kw)
 

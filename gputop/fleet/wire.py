@@ -96,11 +96,13 @@ class Sample(msgspec.Struct, frozen=True):
 class WireError(ValueError):
     """A line that is not valid schema-1 stream output; the message is one escaped line."""
 
-# What safe_text would change, as it can appear in a JSON line: a \u escape of a C0 or C1
-# control, DEL, U+200E/F, U+202A-E or U+2066-9, or those characters raw in UTF-8. (msgspec
-# refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.)
+# What safe_text would change, as it can appear in a JSON line: JSON's short escapes of
+# controls (\b \f \n \r \t), a \u escape of a C0 or C1 control, DEL, U+200E/F, U+202A-E
+# or U+2066-9, or those characters raw in UTF-8. That is every way JSON can spell them:
+# msgspec refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.
+# A false alarm (an escaped backslash before an "n") only costs the walk.
 _MAYBE_DIRTY = re.compile(
-    rb"\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])"
+    rb"\\[bfnrt]|\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])"
     rb"|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
 _encoder = msgspec.json.Encoder()
@@ -138,8 +140,8 @@ def decode_line(line: bytes) -> Hello | Sample | StreamError:
         raise WireError(f"invalid stream data: {_one_line(exc)}") from None
     except msgspec.DecodeError as exc:
         raise WireError(f"not JSON: {_one_line(exc)}") from None
-    # Escaping walks every string; a line without a \\u escape and without a raw C1 control
-    # or bidi character has nothing to escape (raw C0 controls are invalid inside JSON strings).
+    # Escaping walks every string; a line that spells no control, DEL or bidi character in any
+    # of JSON's ways (_MAYBE_DIRTY) has nothing to escape.
     dirty = _MAYBE_DIRTY.search(line) is not None
     if isinstance(message, Hello):
         if message.schema > SCHEMA:
