@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gputop.format import safe_text
+from gputop.format import RAW_IN_JSON, json_safe, safe_text
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, snapshot_to_json
 
 SCHEMA = 1
@@ -102,8 +102,8 @@ class WireError(ValueError):
 # msgspec refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.
 # A false alarm (an escaped backslash before an "n") only costs the walk.
 _MAYBE_DIRTY = re.compile(
-    rb"\\[bfnrt]|\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])"
-    rb"|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+    rb"\\[bfnrt]|\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])|"
+    + RAW_IN_JSON.pattern)
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
 _encoder = msgspec.json.Encoder()
 
@@ -111,20 +111,25 @@ _encoder = msgspec.json.Encoder()
 # -- the node's side ---------------------------------------------------------------------------
 
 
+# The node's lines may be read on a terminal too (`gputop stream` by hand): C1 controls and
+# bidi characters go out as \\u escapes (json_safe), as JSON's C0 controls do anyway.
+
+
 def hello_line(hostname: str, interval: float, version: str, demo: str | None) -> bytes:
-    return _encoder.encode({"type": "hello", "schema": SCHEMA, "version": version,
-                            "hostname": hostname, "interval": interval, "demo": demo}) + b"\n"
+    return json_safe(_encoder.encode({"type": "hello", "schema": SCHEMA, "version": version,
+                                      "hostname": hostname, "interval": interval,
+                                      "demo": demo})) + b"\n"
 
 
 def sample_line(snap: Snapshot, findings: Iterable[Any]) -> bytes:
     """One sample; msgspec writes a NaN as null, so the line is always valid JSON."""
-    return _encoder.encode({"type": "sample", "time": snap.time,
-                            "snapshot": snapshot_to_json(snap),
-                            "findings": [f.to_json() for f in findings]}) + b"\n"
+    return json_safe(_encoder.encode({"type": "sample", "time": snap.time,
+                                      "snapshot": snapshot_to_json(snap),
+                                      "findings": [f.to_json() for f in findings]})) + b"\n"
 
 
 def error_line(message: str) -> bytes:
-    return _encoder.encode({"type": "error", "message": message[:MAX_TEXT]}) + b"\n"
+    return json_safe(_encoder.encode({"type": "error", "message": message[:MAX_TEXT]})) + b"\n"
 
 
 # -- the reader's side -------------------------------------------------------------------------
