@@ -27,8 +27,8 @@ from gputop.agent import protocol
 from gputop.agent.status_probe import PROBE_DEADLINE_S, StatusProbe
 from tests.conftest import REPO, SLOW, cli_env, end_popen, wait_for
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user"),
-              pytest.mark.timeout(8 * SLOW)]
+pytestmark = pytest.mark.timeout(8 * SLOW)
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
 
 NOBODY = 65534
 HOLDER = str(REPO / "tests" / "scripts" / "silent_sockets.py")
@@ -36,9 +36,9 @@ COUNT = 20
 
 
 @contextlib.contextmanager
-def silent_sockets(count: int = COUNT) -> Iterator[list[int]]:
-    """``count`` sockets of uid 65534 that accept and never answer; removed afterwards."""
-    proc = subprocess.Popen([sys.executable, HOLDER, "--uid", str(NOBODY), "--count",
+def silent_sockets(count: int = COUNT, uid: int = NOBODY) -> Iterator[list[int]]:
+    """``count`` sockets of ``uid`` that accept and never answer; removed afterwards."""
+    proc = subprocess.Popen([sys.executable, HOLDER, "--uid", str(uid), "--count",
                              str(count)], stdout=subprocess.PIPE, text=True, env=cli_env(),
                             cwd="/")
     pids: list[int] = []
@@ -52,7 +52,7 @@ def silent_sockets(count: int = COUNT) -> Iterator[list[int]]:
         end_popen(proc)
         for pid in pids:
             with contextlib.suppress(OSError):
-                os.unlink(f"/tmp/gputop-{NOBODY}/{pid}.sock")
+                os.unlink(f"/tmp/gputop-{uid}/{pid}.sock")
 
 
 def timed_snapshot() -> tuple[float, dict]:
@@ -70,6 +70,7 @@ def agents_in(snapshot: dict) -> dict[int, dict]:
     return {p["pid"]: p["agent"] for p in procs if p.get("agent")}
 
 
+@as_root
 def test_roots_snapshot_is_not_held_up_by_a_users_silent_sockets(steady_agent_job):
     wait_for(lambda: steady_agent_job.pid in agents_in(timed_snapshot()[1]), timeout=SLOW)
     baseline = [timed_snapshot()[0] for _ in range(3)]
@@ -89,6 +90,7 @@ def test_roots_snapshot_is_not_held_up_by_a_users_silent_sockets(steady_agent_jo
     assert extra <= 1.0 + PROBE_DEADLINE_S, (baseline, hostile)
 
 
+@as_root
 def test_quiet_sockets_are_remembered_and_never_waited_on_again(steady_agent_job):
     probe = StatusProbe()
     wait_for(lambda: steady_agent_job.pid in probe(set()), timeout=SLOW)
@@ -157,6 +159,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@as_root
 def test_the_exporter_keeps_its_sample_period_beside_silent_sockets(spawn, tmp_path):
     port = _free_port()
     errors = tmp_path / "stderr"
@@ -188,3 +191,24 @@ def test_the_exporter_keeps_its_sample_period_beside_silent_sockets(spawn, tmp_p
     print(f"\nexporter beside {COUNT} silent sockets: sample periods "
           f"{', '.join(f'{p:.2f}' for p in periods)} s; tick costs up to {max(costs):.2f} s")
     assert max(periods) <= 2.0, periods
+
+
+def test_capture_honours_its_timeout_against_an_agent_that_never_answers():
+    """`gputop capture PID --timeout 3` gives up about 3 s after asking (plus the grace for the
+    agent's own reply, ``REPLY_MARGIN_S``), not 30 s later."""
+    from gputop.agent.client import REPLY_MARGIN_S
+
+    env = cli_env()
+    env.pop("XDG_RUNTIME_DIR", None)  # the holder's socket is in /tmp/gputop-UID
+    with silent_sockets(1, os.geteuid()) as (pid,):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "gputop", "capture", str(pid), "--timeout",
+                               "3"], capture_output=True, text=True, env=env, cwd=REPO,
+                              timeout=SLOW)
+        took = time.monotonic() - started
+    print(f"\n`capture --timeout 3` against a silent agent: gave up after {took:.1f} s")
+    assert done.returncode == 1, done.stdout + done.stderr
+    error = [line for line in done.stderr.splitlines() if "gputop: error" in line]
+    assert len(error) == 1 and "did not answer in time" in error[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert took < 3 + REPLY_MARGIN_S + 10, took  # it used to take 3 + 30 s

@@ -368,8 +368,10 @@ def agent_status(pid: int, timeout: float = 0.5) -> dict[str, Any] | None:
 
 # --- captures --------------------------------------------------------------------------------
 
-# Extra time allowed beyond the agent's own timeout: the trace export and a slow last step.
-REPLY_MARGIN_S = 30.0
+# A capture's timeout is the user's: the client gives up that long after asking, plus this
+# grace for the agent's own "timeout" reply to arrive (it was 30 s: `--timeout 10` against an
+# agent that never answers took 40 s). Leaving cancels the capture in the agent.
+REPLY_MARGIN_S = 2.0
 POLL_S = 0.25  # how often progress and should_stop are looked at while waiting
 
 Progress = Callable[[dict[str, Any]], None]
