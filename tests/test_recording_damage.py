@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,7 +12,7 @@ import pytest
 
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from gputop.recording.store import Recorder, RecordingError
-from tests.conftest import run_cli
+from tests.conftest import run_cli, small_tmpfs
 
 
 @pytest.fixture(scope="module")
@@ -114,16 +113,8 @@ def test_parts_with_values_out_of_range_are_skipped_one_warning_each(damaged):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 256 KiB tmpfs: room for a few parts of a recording, then no space left."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs",
-                           str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here: " + done.stderr.decode().strip())
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _snapshot(t: float) -> Snapshot:
