@@ -289,6 +289,10 @@ def test_a_gpu_whose_handle_turns_invalid_is_lost_and_raises_hardware_errors(sim
         sampler.close()
     gone = snap.gpus[1]
     assert gone.name == "NVIDIA H100 80GB HBM3" and gone.util_gpu is None
+    from gputop.commands.snapshot import format_snapshot
+
+    shown = format_snapshot(snap).splitlines()
+    assert [line.split()[0] for line in shown if "LOST" in line] == ["[1]"], shown
     assert all(g.util_gpu is not None for g in snap.gpus if g.index != 1)
     raised = [tr.finding for tr in transitions if tr.state == "raised"]
     assert [(f.id, f.gpu) for f in raised] == [("hardware-errors", 1)], raised
