@@ -144,7 +144,8 @@ def _start_exporter(spawn, tmp_path, *extra: str) -> tuple[str, object]:
     spawn([sys.executable, "-m", "gputop", "--demo", "no-driver", "exporter", "--listen",
            f"127.0.0.1:{port}", *extra], env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL,
           stderr=errors.open("wb"))
-    wait_for(lambda: "serving" in errors.read_text(), timeout=SLOW)
+    # Not just "serving": the no-driver demo first says "serving host metrics only".
+    wait_for(lambda: "/metrics (sampling every" in errors.read_text(), timeout=SLOW)
     return f"127.0.0.1:{port}", errors
 
 
