@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
@@ -69,6 +71,18 @@ def safe_text(text: object) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+# What JSON leaves raw but a terminal acts on, in UTF-8: C1 controls, DEL, the bidi marks,
+# embeddings, overrides and isolates (JSON escapes only C0 controls).
+RAW_IN_JSON = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
+def json_safe(data: bytes) -> bytes:
+    """Encoded JSON (UTF-8) with those characters written as ``\\uXXXX`` escapes: the same
+    JSON value, but printing it cannot reorder or restyle a terminal's text. (They can only
+    stand inside strings: JSON's own syntax is ASCII.)"""
+    return RAW_IN_JSON.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), data)
 
 
 def truncate(text: str, width: int) -> str:

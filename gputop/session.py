@@ -17,17 +17,11 @@ from gputop.model import Snapshot
 
 
 def _agent_probe() -> AgentProbe:
-    from gputop.agent import client
+    """Every agent's status each tick, all at once within one deadline (another user's socket
+    that never answers costs a tick at most ``status_probe.PROBE_DEADLINE_S``, once)."""
+    from gputop.agent.status_probe import StatusProbe
 
-    def probe(_gpu_pids: set[int]) -> dict[int, dict]:
-        statuses = {}
-        for pid in client.list_agents():
-            status = client.agent_status(pid)
-            if status is not None:
-                statuses[pid] = status
-        return statuses
-
-    return probe
+    return StatusProbe()
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gputop.agent import client
-from tests.conftest import SLOW, wait_for
+from tests.conftest import SLOW, small_tmpfs, wait_for
 from tests.scripts.agent_testkit import (
     ANSWER_S,
     gputop_run,
@@ -136,18 +136,8 @@ def test_unwritable_capture_dir_is_an_error_reply_and_training_goes_on(job, tmp_
 @pytest.fixture
 def full_disk(tmp_path):
     """A 96 KiB tmpfs: room for the directory, not for a trace."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-    )
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here: " + done.stderr.decode().strip())
-    try:
+    with small_tmpfs(tmp_path / "full", "96k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_full_capture_dir_is_an_error_reply_and_nothing_is_left_behind(job, full_disk):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from gputop.agent import client
-from tests.conftest import wait_for
+from tests.conftest import small_tmpfs, wait_for
 
 
 @pytest.fixture
@@ -20,16 +19,8 @@ def trainer(steady_agent_job):
 @pytest.fixture
 def full_disk(tmp_path):
     """A 96 KiB tmpfs: room for a directory, not for a trace."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs",
-                           str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here: " + done.stderr.decode().strip())
-    try:
+    with small_tmpfs(tmp_path / "full", "96k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def deleted_open_files(pid: int) -> list[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -134,3 +136,95 @@ def test_a_port_in_use_is_one_line():
     assert result.returncode == 1, result.stderr
     assert "cannot listen on 127.0.0.1" in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("gputop: error:")
+
+
+def _start_exporter(spawn, tmp_path, *extra: str) -> tuple[str, object]:
+    port = free_port()
+    errors = tmp_path / "stderr"
+    spawn([sys.executable, "-m", "gputop", "--demo", "no-driver", "exporter", "--listen",
+           f"127.0.0.1:{port}", *extra], env=cli_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+          stderr=errors.open("wb"))
+    # Not just "serving": the no-driver demo first says "serving host metrics only".
+    wait_for(lambda: "/metrics (sampling every" in errors.read_text(), timeout=SLOW)
+    return f"127.0.0.1:{port}", errors
+
+
+def _status(url: str, authorization: str | None = None, context=None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, headers={"Authorization": authorization}
+                                     if authorization else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers)
+
+
+def test_failed_logins_are_rate_limited(spawn, tmp_path):
+    """Ten wrong passwords from one address within a minute, and it gets 429 with Retry-After
+    (the right password too, until the failures age out): no guessing at network speed."""
+    import base64
+
+    from gputop.exporter.server import LOGIN_WINDOW_S, MAX_FAILED_LOGINS
+
+    users = tmp_path / "users"
+    users.write_text("prom:s3cret\n")
+    users.chmod(0o600)
+    where, errors = _start_exporter(spawn, tmp_path, "--basic-auth-file", str(users))
+    url = f"http://{where}/metrics"
+
+    def basic(password: str) -> str:
+        return "Basic " + base64.b64encode(f"prom:{password}".encode()).decode()
+
+    assert _status(url, basic("s3cret"))[0] == 200
+    assert [_status(url, basic(f"guess{i}"))[0] for i in range(MAX_FAILED_LOGINS)] == \
+        [401] * MAX_FAILED_LOGINS
+    for password in ("guess", "s3cret"):
+        status, headers = _status(url, basic(password))
+        assert status == 429
+        assert 0 < int(headers["Retry-After"]) <= LOGIN_WINDOW_S
+    text = errors.read_text()
+    assert f"{MAX_FAILED_LOGINS} failed logins from 127.0.0.1" in text and "Traceback" not in text
+
+
+def test_the_limiter_forgets_failures_after_the_window():
+    from gputop.exporter.server import LoginLimiter
+
+    now = [0.0]
+    limiter = LoginLimiter(limit=3, window=60.0, clock=lambda: now[0])
+    assert [limiter.failed("a") for _ in range(3)] == [False, False, True]
+    assert limiter.locked_for("a") == 60.0 and limiter.locked_for("b") == 0.0
+    now[0] = 30.0
+    assert limiter.locked_for("a") == 30.0
+    now[0] = 60.0
+    assert limiter.locked_for("a") == 0.0
+
+
+def test_clients_that_hang_up_mid_answer_leave_no_traceback(spawn, tmp_path):
+    """TLS clients that close without close_notify (SSLEOFError on the server's write) or reset
+    the connection: the exporter says nothing and goes on serving."""
+    import shutil
+    import ssl
+    import struct
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    where, errors = _start_exporter(spawn, tmp_path, "--tls-cert", str(cert), "--tls-key",
+                                    str(key))
+    host, port = where.split(":")
+    context = ssl.create_default_context(cafile=str(cert))
+    for abort in (True, False) * 5:
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            tls = context.wrap_socket(raw, server_hostname=host)
+            tls.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + (b"\r\n" if abort else b""))
+            if abort:  # a reset: no close_notify, no FIN
+                tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            tls.close()
+    assert _status(f"https://{where}/metrics", context=context)[0] == 200
+    time.sleep(1.0)  # the last request threads have finished writing to stderr
+    text = errors.read_text()
+    assert "Traceback" not in text and "SSLEOFError" not in text, text

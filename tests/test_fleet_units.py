@@ -5,12 +5,15 @@ and the one-line errors of the options."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputop.cli import build_parser
 from gputop.errors import UsageError
@@ -138,6 +141,28 @@ def test_hostile_lines_are_refused_with_a_reason():
     assert isinstance(error, StreamError) and error.message == "NVML gone"
 
 
+def test_every_json_spelling_of_an_unsafe_character_arrives_escaped():
+    """Each character safe_text escapes, written every way JSON can write it (raw UTF-8, a
+    short escape, a \\u escape in either case), comes out escaped: the decoder's fast path
+    that skips lines with nothing to escape must recognise them all."""
+    from gputop.format import safe_text
+
+    unsafe = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F,
+                               *range(0x202A, 0x202F), *range(0x2066, 0x206A))]
+    short = {"\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+    for ch in unsafe:
+        spellings = {f"\\u{ord(ch):04x}", f"\\u{ord(ch):04X}"}
+        if ch in short:
+            spellings.add("\\" + short[ch])
+        if ord(ch) >= 0x7F:
+            spellings.add(ch)  # raw (JSON refuses raw C0 controls)
+        for spelled in spellings:
+            line = ('{"type": "hello", "schema": 1, "hostname": "a' + spelled + 'b"}').encode()
+            hello = decode_line(line)
+            assert hello.hostname == safe_text("a" + ch + "b") and hello.hostname.isprintable(), \
+                (spelled, hello.hostname)
+
+
 def view(host: str, state: str, **kw) -> NodeView:
     return NodeView(host=host, state=state, **kw)
 
@@ -191,3 +216,42 @@ def test_option_errors_are_one_line(tmp_path):
         assert done.returncode == 2, (argv, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and text in lines[0], (argv, done.stderr)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                 max_size=3),
+    max_leaves=6)
+_REPLY_FIELDS = ["trace", "verdict", "error", "findings", "metrics", "file", "healthy_reason",
+                 "assessed", "not_assessed"]
+_FINDING_FIELDS = ["id", "severity", "title", "evidence", "fix", "next_step", "cost_s", "gpu",
+                   "pid"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(reply_field=st.sampled_from(_REPLY_FIELDS), finding_field=st.sampled_from(_FINDING_FIELDS),
+       value=_json_values, other=_json_values)
+def test_a_remote_capture_reply_of_any_shape_gives_the_documented_error_only(
+        reply_field, finding_field, value, other):
+    """`p` on a node: whatever JSON the node's `capture --json` prints, parse_reply returns a
+    capture or raises RemoteCaptureError (one line), and the report of it lays out."""
+    from gputop.fleet.capture import RemoteCapture, RemoteCaptureError, parse_reply, report_text
+
+    finding = {"id": "dataloader-stall", "severity": "critical", "title": "t", "evidence": "e",
+               "fix": "f", "next_step": "n", "cost_s": 1.0, "gpu": 0, "pid": 1}
+    finding[finding_field] = value
+    reply = {"trace": "/tmp/t.json", "verdict": "input-bound", "findings": [finding, other],
+             "metrics": {}}
+    reply[reply_field] = value if reply_field != "findings" else [finding, value]
+    data = json.dumps(reply, allow_nan=True).encode()
+    try:
+        capture = parse_reply("node", 1, data)
+    except RemoteCaptureError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(capture, RemoteCapture)
+    text = report_text(capture, 100)
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]",
+                         text), text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import fields
 
@@ -260,3 +261,69 @@ def test_pcie_is_read_once_per_tick_on_helper_threads_all_gpus_at_once(sim_clock
         collector.close()
     finally:
         simnvml.uninstall()
+
+
+def test_a_gpu_whose_handle_turns_invalid_is_lost_and_raises_hardware_errors(simulated,
+                                                                            sim_clock):
+    """Mid-run, every call on GPU 1's handle answers INVALID_ARGUMENT (not GPU_IS_LOST): it is
+    shown LOST, the others carry on, and the live rules raise hardware-errors for it."""
+    from gputop.collect.host import HostCollector
+    from gputop.collect.sampler import Sampler
+    from gputop.diagnostics.live import LiveDiagnosis
+
+    sim = simulated("healthy")
+    sampler = Sampler(NvmlCollector(), HostCollector(), clock=sim_clock)
+    sampler.open()
+    diagnosis = LiveDiagnosis()
+    transitions = []
+    try:
+        for t in range(30):
+            sim_clock.t = float(t)
+            if t == 10:
+                sim.gpu_faults[1] = simnvml.INVALID_ARGUMENT
+            snap = sampler.sample()
+            transitions += diagnosis.update(snap)
+            lost = [g.index for g in snap.gpus if g.lost]
+            assert lost == ([] if t < 10 else [1]), (t, lost)
+    finally:
+        sampler.close()
+    gone = snap.gpus[1]
+    assert gone.name == "NVIDIA H100 80GB HBM3" and gone.util_gpu is None
+    from gputop.commands.snapshot import format_snapshot
+
+    shown = format_snapshot(snap).splitlines()
+    assert [line.split()[0] for line in shown if "LOST" in line] == ["[1]"], shown
+    assert all(g.util_gpu is not None for g in snap.gpus if g.index != 1)
+    raised = [tr.finding for tr in transitions if tr.state == "raised"]
+    assert [(f.id, f.gpu) for f in raised] == [("hardware-errors", 1)], raised
+    assert any(f.id == "hardware-errors" and f.gpu == 1 for f in diagnosis.findings())
+
+
+def test_a_query_that_does_not_apply_is_not_a_lost_gpu(simulated, sim_clock):
+    """INVALID_ARGUMENT from one query on a GPU whose handle still works (a sensor the board
+    lacks) marks that field unsupported, not the GPU lost."""
+    sim = simulated("healthy")
+    sim.call_faults["nvmlDeviceGetTemperature"] = simnvml.INVALID_ARGUMENT
+    collector, _ = open_collector()
+    rows = collector.sample()
+    assert not any(g.lost for g, _, _ in rows)
+    assert all(g.temperature_c is None and g.util_gpu is not None for g, _, _ in rows)
+    collector.close()
+
+
+def test_snapshot_says_why_no_gpu_is_listed_and_never_driver_none(simulated, capsys):
+    """The driver answers but cannot count its GPUs, and has no version to give: the snapshot
+    says why there is no GPU section, and shows the version as n/a."""
+    from gputop.cli import main
+
+    sim = simulated("healthy")
+    sim.call_faults["nvmlDeviceGetCount_v2"] = simnvml.NOT_SUPPORTED
+    sim.call_faults["nvmlSystemGetDriverVersion"] = simnvml.NOT_SUPPORTED
+    assert main(["snapshot"]) == 0
+    out = capsys.readouterr().out
+    assert "driver n/a" in out and "driver None" not in out, out
+    assert ("no GPUs: the driver did not count its GPUs (nvmlDeviceGetCount: Not Supported)"
+            in out), out
+    assert main(["snapshot", "--json"]) == 0
+    driver = json.loads(capsys.readouterr().out)["driver"]
+    assert driver["available"] and "Not Supported" in driver["error"]

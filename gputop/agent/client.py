@@ -143,9 +143,10 @@ def _read_sockets(directory: str | Path) -> list[tuple[int, Path]]:
     return found
 
 
-def list_agents() -> dict[int, Path]:
-    """pid -> socket path of every agent we may talk to; removes sockets of dead processes."""
-    agents: dict[int, Path] = {}
+def agent_sockets() -> dict[int, tuple[Path, int]]:
+    """pid -> (socket path, uid that owns its directory) of every agent we may talk to;
+    removes sockets of dead processes."""
+    agents: dict[int, tuple[Path, int]] = {}
     for directory, owner in _search_dirs():
         try:
             check_socket_dir(directory, owner)
@@ -156,8 +157,13 @@ def list_agents() -> dict[int, Path]:
             if not _pid_alive(pid):
                 _unlink_quietly(path)
                 continue
-            agents.setdefault(pid, path)
+            agents.setdefault(pid, (path, owner))
     return agents
+
+
+def list_agents() -> dict[int, Path]:
+    """pid -> socket path of every agent we may talk to; removes sockets of dead processes."""
+    return {pid: path for pid, (path, _) in agent_sockets().items()}
 
 
 def _locate(pid: int) -> tuple[Path, int] | None:
@@ -179,6 +185,23 @@ def find_agent(pid: int) -> Path | None:
 
 
 # --- client --------------------------------------------------------------------------------
+
+
+def check_peer(sock: socket.socket, pid: int, owner: int, path: Path) -> int:
+    """The uid at the other end of a connected agent socket. Trust the other end only if it is
+    the process the socket is named after, run by the owner of the directory (or root):
+    nobody can answer in another process's name. Raises AgentError ("refused") otherwise."""
+    try:
+        peer_pid, uid = peer_credentials(sock)
+    except OSError:
+        peer_pid, uid = -1, -1
+    if peer_pid != pid or uid not in (owner, 0):
+        raise AgentError(
+            f"socket {path} is served by pid {peer_pid} (uid {uid}), not by pid {pid} of "
+            f"uid {owner}; refusing to talk to it",
+            "refused",
+        )
+    return uid
 
 
 class AgentConnection:
@@ -218,20 +241,11 @@ class AgentConnection:
             raise AgentError(
                 f"cannot connect to the agent of pid {pid}: {exc.strerror}", "refused"
             ) from None
-        # Trust the other end only if it is the process the socket is named after, run by the
-        # owner of the directory (or root): nobody can answer in another process's name.
         try:
-            peer_pid, uid = peer_credentials(self.sock)
-        except OSError:
-            peer_pid, uid = -1, -1
-        self.peer_uid = uid
-        if peer_pid != pid or uid not in (owner, 0):
+            self.peer_uid = check_peer(self.sock, pid, owner, path)
+        except AgentError:
             self.sock.close()
-            raise AgentError(
-                f"socket {path} is served by pid {peer_pid} (uid {uid}), not by pid {pid} of "
-                f"uid {owner}; refusing to talk to it",
-                "refused",
-            )
+            raise
 
     def __enter__(self) -> AgentConnection:
         return self
@@ -354,8 +368,10 @@ def agent_status(pid: int, timeout: float = 0.5) -> dict[str, Any] | None:
 
 # --- captures --------------------------------------------------------------------------------
 
-# Extra time allowed beyond the agent's own timeout: the trace export and a slow last step.
-REPLY_MARGIN_S = 30.0
+# A capture's timeout is the user's: the client gives up that long after asking, plus this
+# grace for the agent's own "timeout" reply to arrive (it was 30 s: `--timeout 10` against an
+# agent that never answers took 40 s). Leaving cancels the capture in the agent.
+REPLY_MARGIN_S = 2.0
 POLL_S = 0.25  # how often progress and should_stop are looked at while waiting
 
 Progress = Callable[[dict[str, Any]], None]

@@ -1,25 +1,36 @@
 """The agent's per-process Unix socket server.
 
-One daemon thread blocks in ``accept()`` (no cost while idle); each connection gets a short-lived
-daemon thread, so a ``capture`` that waits for steps does not hold up ``status``. Every
-connection is checked with SO_PEERCRED; requests are JSON lines of at most 64 KiB, and only the
-allow-listed commands run. Any failure becomes an error reply; nothing raises out of here.
+One daemon thread waits on the listening socket and on every connection that has not yet sent
+a whole request (a poll; no cost while idle). A request counts only once its line is complete:
+then it runs on a short-lived daemon thread (at most ``MAX_CONNECTIONS`` at once; more get a
+``busy`` reply), so a ``capture`` that waits for steps does not hold up ``status``, and a
+client that sends slowly holds no slot. Each request must arrive whole within
+``REQUEST_TIMEOUT_S`` of the connection being ready for it, whatever the gaps between its bytes
+(a slow-loris sending a byte every 2 s is cut off after 5 s); at most ``MAX_PENDING``
+connections wait for their request, the oldest is dropped beyond that. Every connection is
+checked with SO_PEERCRED; requests are JSON lines of at most 64 KiB, and only the allow-listed
+commands run. Any failure becomes an error reply; nothing raises out of here.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import selectors
 import socket
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gputop.agent.protocol import COMMANDS, MAX_MESSAGE, encode, peer_allowed, peer_uid, socket_dir
 
-IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
-MAX_CONNECTIONS = 16  # at once; more get a `busy` reply
+REQUEST_TIMEOUT_S = 5.0  # a request arrives whole within this, or its connection is closed
+MAX_CONNECTIONS = 16  # requests being handled at once; more get a `busy` reply
+MAX_PENDING = 64  # connections waiting for a whole request; beyond, the oldest is closed
 
 # handler(message, client_gone) -> reply
 Handler = Callable[[dict[str, Any], Callable[[], bool]], dict[str, Any]]
@@ -40,6 +51,16 @@ def _reply_bytes(reply: dict[str, Any]) -> bytes:
         return encode(_error("internal", f"reply could not be encoded: {exc}"[:200]))
 
 
+@dataclass
+class _Waiting:
+    """A connection whose next request is not whole yet: read on the serving thread only."""
+
+    conn: socket.socket
+    deadline: float  # time.monotonic() by which the request must be whole
+    buffer: bytes = b""
+    since: float = field(default_factory=time.monotonic)
+
+
 class AgentServer:
     def __init__(self, handlers: dict[str, Handler], on_error: Callable[[BaseException], None]):
         unknown = set(handlers) - set(COMMANDS)
@@ -50,9 +71,12 @@ class AgentServer:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
+        self._wake: tuple[int, int] | None = None  # a pipe: handed-back connections, close()
+        self._returned: deque[tuple[socket.socket, bytes]] = deque()
         self._owner_pid = 0
         self.path: Path | None = None
         self.refused = 0  # connections from other users
+        self.dropped = 0  # connections closed before their request was whole
 
     def start(self) -> Path:
         """Bind ``<socket dir>/<pid>.sock`` (0600) and start serving; raises on failure."""
@@ -70,6 +94,7 @@ class AgentServer:
             listener.bind(str(staging))
             os.chmod(staging, 0o600)
             listener.listen(MAX_CONNECTIONS)
+            listener.setblocking(False)
             # The final name appears only once we listen: a client that finds the name but
             # gets "connection refused" may then safely treat it as stale.
             os.rename(staging, final)
@@ -80,10 +105,12 @@ class AgentServer:
             except OSError:
                 pass
             raise
+        self._wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._listener = listener
         self._owner_pid = pid
         self.path = final
-        threading.Thread(target=self._serve, name="gputop-agent", daemon=True).start()
+        threading.Thread(target=self._serve, args=(listener, self._wake[0]),
+                         name="gputop-agent", daemon=True).start()
         return final
 
     def close(self) -> None:
@@ -96,10 +123,7 @@ class AgentServer:
                 os.unlink(self.path)
             except OSError:
                 pass
-        try:
-            listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
-        except OSError:
-            pass
+        self._poke()  # the serving thread sees the listener gone, closes what waits, and ends
         listener.close()
 
     def forget_after_fork(self) -> None:
@@ -117,48 +141,141 @@ class AgentServer:
             except OSError:
                 pass
         self._conns = set()
+        wake, self._wake = self._wake, None
+        for fd in wake or ():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._returned = deque()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.path = None
 
-    # --- serving -------------------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        listener = self._listener
-        while listener is not None and self._listener is listener:
+    def _poke(self) -> None:
+        wake = self._wake
+        if wake is not None:
             try:
-                conn, _ = listener.accept()
+                os.write(wake[1], b"x")
             except OSError:
-                if self._listener is not listener:
-                    return  # closed
-                continue
-            except Exception as exc:  # pragma: no cover - defensive: keep serving
-                self._on_error(exc)
-                continue
-            try:
-                self._admit(conn)
-            except Exception as exc:  # pragma: no cover - defensive
-                self._on_error(exc)
-                conn.close()
+                pass  # full: the thread wakes anyway
 
-    def _admit(self, conn: socket.socket) -> None:
+    # --- serving: one thread reads requests until they are whole --------------------------------
+
+    def _serve(self, listener: socket.socket, wake: int) -> None:
+        waiting: dict[socket.socket, _Waiting] = {}
+        # poll, not epoll: no descriptor of its own to leak into a forked child.
+        with selectors.PollSelector() as selector:
+            try:
+                selector.register(listener, selectors.EVENT_READ)
+                selector.register(wake, selectors.EVENT_READ)
+                while self._listener is listener:
+                    now = time.monotonic()
+                    timeout = min((w.deadline for w in waiting.values()), default=now + 3600)
+                    for key, _ in selector.select(max(0.0, timeout - now)):
+                        if self._listener is not listener:
+                            break
+                        if key.fileobj is listener:
+                            self._accept(listener, selector, waiting)
+                        elif key.fileobj == wake:
+                            self._take_returned(wake, selector, waiting)
+                        elif key.fileobj in waiting:  # not dropped earlier in this round
+                            self._read(waiting[key.fileobj], selector, waiting)
+                    self._expire(selector, waiting)
+            except Exception as exc:  # pragma: no cover - defensive: say why we stopped
+                self._on_error(exc)
+            finally:
+                # The wake pipe stays open: a handler thread may still write to it.
+                for conn in list(waiting):
+                    self._drop(conn, selector, waiting)
+
+    def _accept(self, listener: socket.socket, selector: selectors.BaseSelector,
+                waiting: dict[socket.socket, _Waiting]) -> None:
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return  # closed meanwhile, or out of descriptors: the next accept may work
         try:
             uid = peer_uid(conn)
         except OSError:
             uid = -1
         if not peer_allowed(uid):
             # Another user: close at once. No reply, so nothing about the process leaks and
-            # the accept loop spends no time on the peer.
+            # the serving thread spends no time on the peer.
             self.refused += 1
             conn.close()
             return
+        self._wait_for_request(conn, b"", selector, waiting)
+
+    def _wait_for_request(self, conn: socket.socket, buffer: bytes,
+                          selector: selectors.BaseSelector,
+                          waiting: dict[socket.socket, _Waiting]) -> None:
+        if len(waiting) >= MAX_PENDING:  # the one that has waited longest makes room
+            self._drop(min(waiting.values(), key=lambda w: w.since).conn, selector, waiting)
+        conn.setblocking(False)
+        waiting[conn] = _Waiting(conn, time.monotonic() + REQUEST_TIMEOUT_S, buffer)
+        self._conns.add(conn)
+        selector.register(conn, selectors.EVENT_READ)
+        if b"\n" in buffer or len(buffer) >= MAX_MESSAGE:
+            self._handle(waiting[conn], selector, waiting)
+
+    def _take_returned(self, wake: int, selector: selectors.BaseSelector,
+                       waiting: dict[socket.socket, _Waiting]) -> None:
+        try:
+            os.read(wake, 4096)
+        except OSError:
+            pass
+        while self._returned:
+            conn, buffer = self._returned.popleft()
+            self._wait_for_request(conn, buffer, selector, waiting)
+
+    def _read(self, entry: _Waiting, selector: selectors.BaseSelector,
+              waiting: dict[socket.socket, _Waiting]) -> None:
+        try:
+            chunk = entry.conn.recv(MAX_MESSAGE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(entry.conn, selector, waiting, counted=False)
+            return
+        entry.buffer += chunk
+        if b"\n" in chunk or len(entry.buffer) >= MAX_MESSAGE:
+            self._handle(entry, selector, waiting)
+
+    def _expire(self, selector: selectors.BaseSelector,
+                waiting: dict[socket.socket, _Waiting]) -> None:
+        now = time.monotonic()
+        for entry in [w for w in waiting.values() if w.deadline <= now]:
+            self._drop(entry.conn, selector, waiting)
+
+    def _drop(self, conn: socket.socket, selector: selectors.BaseSelector,
+              waiting: dict[socket.socket, _Waiting], counted: bool = True) -> None:
+        waiting.pop(conn, None)
+        self._conns.discard(conn)
+        try:
+            selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+        self.dropped += counted
+
+    def _handle(self, entry: _Waiting, selector: selectors.BaseSelector,
+                waiting: dict[socket.socket, _Waiting]) -> None:
+        """A whole request (or an oversized one): off to a thread of its own, or `busy`."""
+        conn = entry.conn
+        waiting.pop(conn, None)
+        selector.unregister(conn)
+        conn.settimeout(REQUEST_TIMEOUT_S)  # blocking again, for the replies
         if not self._slots.acquire(blocking=False):
+            self._conns.discard(conn)
             self._send_and_close(conn, _error("busy", "too many connections to this agent"))
             return
-        self._conns.add(conn)
         try:
-            threading.Thread(
-                target=self._connection, args=(conn,), name="gputop-agent-conn", daemon=True
-            ).start()
+            threading.Thread(target=self._connection, args=(conn, entry.buffer),
+                             name="gputop-agent-conn", daemon=True).start()
         except BaseException:
             self._conns.discard(conn)
             self._slots.release()
@@ -175,21 +292,21 @@ class AgentServer:
         finally:
             conn.close()
 
-    def _connection(self, conn: socket.socket) -> None:
+    # --- handling: a thread per whole request ----------------------------------------------
+
+    def _connection(self, conn: socket.socket, buffer: bytes) -> None:
+        """Answer every whole request in ``buffer``, then hand the connection back to the
+        serving thread for the next one."""
+        keep = False
         try:
-            conn.settimeout(IDLE_TIMEOUT_S)
-            buffer = b""
             while True:
                 newline = buffer.find(b"\n")
                 if newline < 0:
                     if len(buffer) >= MAX_MESSAGE:
                         self._refuse_oversized(conn)
                         return
-                    chunk = conn.recv(MAX_MESSAGE)
-                    if not chunk:
-                        return
-                    buffer += chunk
-                    continue
+                    keep = True
+                    return
                 line, buffer = buffer[:newline], buffer[newline + 1 :]
                 if len(line) + 1 > MAX_MESSAGE:
                     self._refuse_oversized(conn)
@@ -202,16 +319,20 @@ class AgentServer:
                 if sent is not None:
                     sent.set()
         except OSError:
-            pass  # the peer went away or idled out
+            pass  # the peer went away or stopped reading our replies
         except Exception as exc:  # pragma: no cover - defensive
             self._on_error(exc)
         finally:
-            self._conns.discard(conn)
-            try:
-                conn.close()
-            except OSError:
-                pass
             self._slots.release()
+            if keep and self._listener is not None:
+                self._returned.append((conn, buffer))
+                self._poke()
+            else:
+                self._conns.discard(conn)
+                try:
+                    conn.close()
+                except OSError:
+                    pass
 
     @staticmethod
     def _refuse_oversized(conn: socket.socket) -> None:
@@ -254,11 +375,14 @@ class AgentServer:
 def _peer_gone(conn: socket.socket) -> bool:
     """True once the client has hung up (EOF pending); never consumes request bytes."""
     try:
-        readable, _, _ = select.select([conn], [], [], 0)
-        if not readable:
+        # Poll first: a socket with a timeout waits that long in recv, MSG_DONTWAIT or not
+        # (and poll, unlike select, takes descriptors above 1023).
+        poller = select.poll()
+        poller.register(conn, select.POLLIN)
+        if not poller.poll(0):
             return False
         return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
+    except (BlockingIOError, InterruptedError):
         return False
-    except OSError:
+    except (OSError, ValueError):
         return True

@@ -3,7 +3,9 @@
 Every field is read on its own and is ``None`` when the driver refuses it; a refusal that will not
 change (NOT_SUPPORTED, NO_PERMISSION, a missing symbol) is remembered per GPU so the call is not
 retried every tick. Versioned calls fall back to their older forms when the library lacks them.
-A GPU that falls off the bus is reported ``lost`` while the others carry on. Without a driver,
+A GPU that falls off the bus (GPU_IS_LOST), or whose handle the driver stops knowing
+(INVALID_ARGUMENT even for its UUID), is reported ``lost`` while the others carry on. A driver
+that cannot count its GPUs says why in ``DriverInfo.error``. Without a driver,
 ``open()`` returns a ``DriverInfo`` that says so; nothing raises.
 
 PCIe throughput is the one slow read: the driver counts bytes for 20 ms per call (TX and RX
@@ -73,7 +75,7 @@ SLOW_EVERY = 5
 
 
 class _Lost(Exception):
-    """The GPU answered NVML_ERROR_GPU_IS_LOST."""
+    """The GPU answered NVML_ERROR_GPU_IS_LOST, or its handle stopped being valid."""
 
 
 @dataclass
@@ -147,7 +149,11 @@ class NvmlCollector:
         if cuda is None:
             cuda = self._system(pynvml.nvmlSystemGetCudaDriverVersion)
         nvml_version = self._system(pynvml.nvmlSystemGetNVMLVersion)
-        count = self._system(pynvml.nvmlDeviceGetCount) or 0
+        count, count_error = 0, None
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
+            count_error = f"the driver did not count its GPUs (nvmlDeviceGetCount: {exc})"
         for index in range(count):
             if self.only is not None and index not in self.only:
                 continue
@@ -168,6 +174,7 @@ class NvmlCollector:
             driver_version=driver_version,
             cuda_version=_cuda_version_text(cuda) if cuda else None,
             nvml_version=nvml_version,
+            error=count_error,  # the driver answers, but lists no GPU: why
         )
         return self.driver
 
@@ -208,11 +215,27 @@ class NvmlCollector:
         try:
             return fn(dev.handle, *args)
         except pynvml.NVMLError as exc:
-            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                raise _Lost from exc
+            self._check_lost(dev, exc)
             if exc.value in _PERMANENT:
                 dev.unsupported.add(feature)
             return None
+
+    @staticmethod
+    def _check_lost(dev: _Device, exc: pynvml.NVMLError) -> None:
+        """Raise _Lost when ``exc`` says the GPU is gone. GPU_IS_LOST says so; INVALID_ARGUMENT
+        may mean that the handle is no longer a device (NVML documents it as "device is
+        invalid"), or only that this query does not apply to the board: a GPU whose UUID, which
+        every device has, is refused as well is gone."""
+        if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise _Lost from exc
+        if exc.value != pynvml.NVML_ERROR_INVALID_ARGUMENT:
+            return
+        try:
+            pynvml.nvmlDeviceGetUUID(dev.handle)
+        except pynvml.NVMLError as again:
+            if again.value in (pynvml.NVML_ERROR_INVALID_ARGUMENT,
+                               pynvml.NVML_ERROR_GPU_IS_LOST):
+                raise _Lost from exc
 
     def _read_static(self, dev: _Device) -> None:
         try:
@@ -275,8 +298,7 @@ class NvmlCollector:
         try:
             samples = pynvml.nvmlDeviceGetProcessUtilization(dev.handle, dev.proc_util_seen)
         except pynvml.NVMLError as exc:
-            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                raise _Lost from exc
+            self._check_lost(dev, exc)
             if exc.value in _PERMANENT:
                 dev.unsupported.add("process_utilization")
             return {}  # NOT_FOUND: no samples since last time
@@ -342,8 +364,7 @@ class NvmlCollector:
         except pynvml.NVMLError as exc:
             if sample is not None:
                 self._quiet(pynvml.nvmlGpmSampleFree, sample)
-            if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
-                raise _Lost from exc
+            self._check_lost(dev, exc)
             dev.unsupported.add("gpm")
             return empty
         prev, dev.gpm_prev = dev.gpm_prev, sample

@@ -98,6 +98,11 @@ class SimulatedNvml:
         self._readings: dict[int, tuple[tuple[int, int], scenarios.GpuReading]] = {}
         self._initialized = 0
         self.calls: Counter[str] = Counter()  # C calls made, by name (tests, benchmarks)
+        # Faults a test turns on mid-run: every call on a GPU's handle answers this code (a GPU
+        # whose handle the driver no longer knows answers INVALID_ARGUMENT), or a C function
+        # answers it whatever its arguments (a system query an old driver does not support).
+        self.gpu_faults: dict[int, int] = {}
+        self.call_faults: dict[str, int] = {}
         hidden = _pid_max()
         for i, gpu in enumerate(scenario.gpus):
             for k in range(gpu.extra_pids):
@@ -122,6 +127,9 @@ class SimulatedNvml:
         gpu = self.scenario.gpus[index]
         if scenarios.is_lost(gpu, self.clock()):
             return GPU_IS_LOST
+        fault = self.gpu_faults.get(index)
+        if fault is not None:
+            return fault
         return index, gpu
 
     def _reading(self, index: int, gpu: GpuBehaviour) -> scenarios.GpuReading:
@@ -530,6 +538,9 @@ def _export(sim: SimulatedNvml, name: str, restype) -> Callable:
 
     def call(*args):
         sim.calls[name] += 1
+        fault = sim.call_faults.get(name)
+        if fault is not None:
+            return fault
         try:
             return method(*args)
         except Exception:  # never raise through the C boundary

@@ -91,9 +91,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         import msgspec
 
+        from gputop.format import json_safe
+
         encode = msgspec.json.Encoder().encode
-        for a in analyses:
-            sys.stdout.write(encode(a.to_json()).decode() + "\n")
+        for a in analyses:  # names from the trace: no raw bidi or C1 character in the JSON
+            sys.stdout.write(json_safe(encode(a.to_json())).decode() + "\n")
     else:
         from gputop.diagnostics.trace_report import format_report
 

@@ -17,9 +17,6 @@ from typing import Any
 from gputop.errors import UsageError
 from gputop.format import safe_text
 
-# Extra time the client allows beyond the agent's own timeout: export and a slow last step.
-_REPLY_MARGIN_S = 30.0
-
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -160,9 +157,15 @@ class _Progress:
 
 def _capture(pid: int, message: dict[str, Any], show_progress: bool) -> dict[str, Any]:
     """Send the request and wait for the trace; any failure is a one-line UsageError."""
-    from gputop.agent.client import AgentConnection, AgentError, check_reply, checked_trace_reply
+    from gputop.agent.client import (
+        REPLY_MARGIN_S,
+        AgentConnection,
+        AgentError,
+        check_reply,
+        checked_trace_reply,
+    )
 
-    wait = message["timeout"] + _REPLY_MARGIN_S
+    wait = message["timeout"] + REPLY_MARGIN_S  # --timeout is the user's: honoured
     try:
         with AgentConnection(pid, timeout=5.0) as conn, _Progress(pid, show_progress):
             conn.send(message)

@@ -57,9 +57,8 @@ def run(args: argparse.Namespace) -> int:
         baseline = load_metrics(Path(args.baseline)) if args.baseline else None
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
-    if rec.bad_parts:
-        print(f"gputop: warning: skipped {len(rec.bad_parts)} unreadable part(s) of {path}: "
-              f"{'; '.join(rec.bad_parts)}", file=sys.stderr)
+    for part in rec.bad_parts:  # one line each: the part and why
+        print(f"gputop: warning: skipped {path}/{part}", file=sys.stderr)
     # The report first: a folder we cannot write to must not cost the user the report.
     if args.json:
         print(json.dumps(summary, default=str))

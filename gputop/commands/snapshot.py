@@ -107,7 +107,7 @@ def format_snapshot(snap: Snapshot, width: int = 120) -> str:
     d, h = snap.driver, snap.host
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.time))
     if d.available:
-        drv = f"driver {d.driver_version}  CUDA {d.cuda_version or 'n/a'}"
+        drv = f"driver {d.driver_version or 'n/a'}  CUDA {d.cuda_version or 'n/a'}"
         if d.simulated:
             drv += f"  (simulated: {d.simulated})"
     else:
@@ -119,6 +119,9 @@ def format_snapshot(snap: Snapshot, width: int = 120) -> str:
         f"mem {bytes_h(h.memory_used)}/{bytes_h(h.memory_total)}  "
         f"swap {bytes_h(h.swap_used)}/{bytes_h(h.swap_total)}"
     )
+    if d.available and not snap.gpus and d.error:
+        out.append("")
+        out.append(f"no GPUs: {safe_text(d.error)}")
     if snap.gpus:
         out.append("")
         out.append(
@@ -127,7 +130,7 @@ def format_snapshot(snap: Snapshot, width: int = 120) -> str:
         )
     for g in snap.gpus:
         if g.lost:
-            out.append(f"[{g.index}]  {truncate(g.name or '?', 24):<24} LOST (fell off the bus)")
+            out.append(f"[{g.index}]  {truncate(g.name or '?', 24):<24} LOST (off the bus or no longer reachable)")
             continue
         mem = f"{bytes_h(g.mem_used, 'G')}/{bytes_h(g.mem_total, 'G')}"
         power = f"{num(g.power_w)}/{num(g.power_limit_w)}W" if g.power_w is not None else "n/a"

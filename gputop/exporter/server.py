@@ -6,7 +6,10 @@ check in front of its app before it starts serving; so this module serves the sa
 ``make_wsgi_app`` (content negotiation, OpenMetrics, gzip) on the same ``ThreadingWSGIServer``,
 with the auth check in front. The TLS handshake runs in the request's own thread, with a
 timeout, so a client that connects and says nothing holds up nobody else (prometheus-client's
-server does the handshake in its accept loop).
+server does the handshake in its accept loop). A client that goes away mid-answer is no error
+(no traceback on stderr), and an address that fails basic auth ``MAX_FAILED_LOGINS`` times
+within ``LOGIN_WINDOW_S`` is answered 429 until its failures age out, whatever it sends: a
+password cannot be guessed at the speed of the network.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ import base64
 import binascii
 import hmac
 import ipaddress
+import math
 import os
 import ssl
 import stat
+import sys
 import threading
+import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
@@ -30,6 +37,9 @@ from gputop.errors import UsageError
 from gputop.exporter import DEFAULT_LISTEN  # noqa: F401 (re-exported)
 
 REQUEST_TIMEOUT_S = 10.0
+MAX_FAILED_LOGINS = 10  # per client address within LOGIN_WINDOW_S; more get 429
+LOGIN_WINDOW_S = 60.0
+MAX_TRACKED = 4096  # client addresses remembered; the least recent go first
 LANDING = (b"<html><head><title>gputop exporter</title></head><body><h1>gputop exporter</h1>"
            b"<p><a href='/metrics'>/metrics</a></p></body></html>\n")
 
@@ -117,6 +127,47 @@ class BasicAuth:
         return ok
 
 
+class LoginLimiter:
+    """Failed logins per client address in a sliding window. Thread-safe."""
+
+    def __init__(self, limit: int = MAX_FAILED_LOGINS, window: float = LOGIN_WINDOW_S,
+                 clock=time.monotonic) -> None:
+        self.limit, self.window, self.clock = limit, window, clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _recent(self, address: str, now: float) -> deque[float] | None:
+        failures = self._failures.get(address)
+        while failures and failures[0] <= now - self.window:
+            failures.popleft()
+        if failures is not None and not failures:
+            del self._failures[address]
+            return None
+        return failures
+
+    def locked_for(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: it may now)."""
+        now = self.clock()
+        with self._lock:
+            failures = self._recent(address, now)
+            if failures is None or len(failures) < self.limit:
+                return 0.0
+            return failures[-self.limit] + self.window - now
+
+    def failed(self, address: str) -> bool:
+        """Count a failure; True when it is the one that locks the address out."""
+        now = self.clock()
+        with self._lock:
+            failures = self._recent(address, now)
+            if failures is None:
+                failures = self._failures[address] = deque(maxlen=self.limit)
+                while len(self._failures) > MAX_TRACKED:
+                    self._failures.popitem(last=False)
+            failures.append(now)
+            self._failures.move_to_end(address)
+            return len(failures) == self.limit
+
+
 def tls_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -133,14 +184,28 @@ def tls_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
     return context
 
 
-def metrics_app(registry: CollectorRegistry, auth: BasicAuth | None):
+def metrics_app(registry: CollectorRegistry, auth: BasicAuth | None,
+                limiter: LoginLimiter | None = None):
     exposition = make_wsgi_app(registry)
+    limiter = limiter or LoginLimiter()
 
     def app(environ, start_response):
-        if auth is not None and not auth.allows(environ.get("HTTP_AUTHORIZATION")):
-            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="gputop"'),
-                                                ("Content-Type", "text/plain")])
-            return [b"401 Unauthorized\n"]
+        if auth is not None:
+            address = environ.get("REMOTE_ADDR") or "?"
+            wait = limiter.locked_for(address)
+            if wait > 0:  # right or wrong, the password is not even looked at
+                start_response("429 Too Many Requests",
+                               [("Retry-After", str(math.ceil(wait))),
+                                ("Content-Type", "text/plain")])
+                return [b"429 Too Many Requests: too many failed logins\n"]
+            if not auth.allows(environ.get("HTTP_AUTHORIZATION")):
+                if limiter.failed(address):
+                    print(f"gputop exporter: {limiter.limit} failed logins from {address} in "
+                          f"{limiter.window:g} s; refusing it for a while", file=sys.stderr,
+                          flush=True)
+                start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="gputop"'),
+                                                    ("Content-Type", "text/plain")])
+                return [b"401 Unauthorized\n"]
         path = environ.get("PATH_INFO") or "/"
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html")])
@@ -153,6 +218,17 @@ def metrics_app(registry: CollectorRegistry, auth: BasicAuth | None):
     return app
 
 
+class _QuietServerHandler(ServerHandler):
+    def log_exception(self, exc_info) -> None:
+        """wsgiref prints a traceback for any error while answering; a client that went away
+        (a reset, a TLS connection closed without close_notify: SSLEOFError) is none of ours,
+        and anything else is one line."""
+        exc = exc_info[1]
+        if not isinstance(exc, OSError):
+            print(f"gputop exporter: error answering a request: {type(exc).__name__}: {exc}",
+                  file=sys.stderr, flush=True)
+
+
 class _Handler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT_S  # a client that stalls is dropped, not waited on forever
 
@@ -161,6 +237,20 @@ class _Handler(WSGIRequestHandler):
         if isinstance(self.request, ssl.SSLSocket):
             self.request.do_handshake()  # here, in this request's thread
         super().setup()
+
+    def handle(self) -> None:
+        """WSGIRequestHandler.handle with the quiet ServerHandler."""
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():  # an error reply was sent
+            return
+        handler = _QuietServerHandler(self.rfile, self.wfile, self.get_stderr(),
+                                      self.get_environ(), multithread=False)
+        handler.request_handler = self
+        handler.run(self.server.get_app())
 
     def log_message(self, format: str, *args) -> None:
         pass  # no line per scrape

@@ -146,6 +146,14 @@ def parse_reply(host: str, pid: int, data: bytes) -> RemoteCapture:
     return RemoteCapture(host, pid, safe_text(trace), one_line(verdict, 64), analysis, skipped)
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
+
+
 def _analysis(reply: dict) -> tuple[object | None, list[str]]:
     """A TraceAnalysis made of the reply's checked parts, for the diagnosis screen."""
     from gputop.diagnostics.findings import CATALOGUE, SEVERITY_RANK, Finding
@@ -157,7 +165,9 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
         if not isinstance(item, dict):
             continue
         fid, severity = item.get("id"), item.get("severity")
-        if fid not in CATALOGUE or severity not in SEVERITY_RANK:
+        # Any JSON value may stand here (a list is not even hashable): strings only.
+        if (not isinstance(fid, str) or not isinstance(severity, str)
+                or fid not in CATALOGUE or severity not in SEVERITY_RANK):
             skipped.append(one_line(fid, 48))
             continue
         cost = item.get("cost_s")
@@ -165,9 +175,9 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
             id=fid, severity=severity, title=_text(item.get("title")),
             evidence=_text(item.get("evidence")), fix=_text(item.get("fix")),
             next_step=_text(item.get("next_step")),
-            cost_s=float(cost) if isinstance(cost, (int, float)) and cost >= 0 else 0.0,
-            gpu=item.get("gpu") if isinstance(item.get("gpu"), int) else None,
-            pid=item.get("pid") if isinstance(item.get("pid"), int) else None))
+            cost_s=float(cost) if _number(cost) and 0 <= cost < 1e9 else 0.0,
+            gpu=item.get("gpu") if _whole(item.get("gpu")) else None,
+            pid=item.get("pid") if _whole(item.get("pid")) else None))
     metrics = reply.get("metrics")
 
     def strings(values: object) -> list[str]:

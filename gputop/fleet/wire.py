@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gputop.format import safe_text
+from gputop.format import RAW_IN_JSON, json_safe, safe_text
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, snapshot_to_json
 
 SCHEMA = 1
@@ -96,12 +96,14 @@ class Sample(msgspec.Struct, frozen=True):
 class WireError(ValueError):
     """A line that is not valid schema-1 stream output; the message is one escaped line."""
 
-# What safe_text would change, as it can appear in a JSON line: a \u escape of a C0 or C1
-# control, DEL, U+200E/F, U+202A-E or U+2066-9, or those characters raw in UTF-8. (msgspec
-# refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.)
+# What safe_text would change, as it can appear in a JSON line: JSON's short escapes of
+# controls (\b \f \n \r \t), a \u escape of a C0 or C1 control, DEL, U+200E/F, U+202A-E
+# or U+2066-9, or those characters raw in UTF-8. That is every way JSON can spell them:
+# msgspec refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.
+# A false alarm (an escaped backslash before an "n") only costs the walk.
 _MAYBE_DIRTY = re.compile(
-    rb"\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])"
-    rb"|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+    rb"\\[bfnrt]|\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])|"
+    + RAW_IN_JSON.pattern)
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
 _encoder = msgspec.json.Encoder()
 
@@ -109,20 +111,25 @@ _encoder = msgspec.json.Encoder()
 # -- the node's side ---------------------------------------------------------------------------
 
 
+# The node's lines may be read on a terminal too (`gputop stream` by hand): C1 controls and
+# bidi characters go out as \\u escapes (json_safe), as JSON's C0 controls do anyway.
+
+
 def hello_line(hostname: str, interval: float, version: str, demo: str | None) -> bytes:
-    return _encoder.encode({"type": "hello", "schema": SCHEMA, "version": version,
-                            "hostname": hostname, "interval": interval, "demo": demo}) + b"\n"
+    return json_safe(_encoder.encode({"type": "hello", "schema": SCHEMA, "version": version,
+                                      "hostname": hostname, "interval": interval,
+                                      "demo": demo})) + b"\n"
 
 
 def sample_line(snap: Snapshot, findings: Iterable[Any]) -> bytes:
     """One sample; msgspec writes a NaN as null, so the line is always valid JSON."""
-    return _encoder.encode({"type": "sample", "time": snap.time,
-                            "snapshot": snapshot_to_json(snap),
-                            "findings": [f.to_json() for f in findings]}) + b"\n"
+    return json_safe(_encoder.encode({"type": "sample", "time": snap.time,
+                                      "snapshot": snapshot_to_json(snap),
+                                      "findings": [f.to_json() for f in findings]})) + b"\n"
 
 
 def error_line(message: str) -> bytes:
-    return _encoder.encode({"type": "error", "message": message[:MAX_TEXT]}) + b"\n"
+    return json_safe(_encoder.encode({"type": "error", "message": message[:MAX_TEXT]})) + b"\n"
 
 
 # -- the reader's side -------------------------------------------------------------------------
@@ -138,8 +145,8 @@ def decode_line(line: bytes) -> Hello | Sample | StreamError:
         raise WireError(f"invalid stream data: {_one_line(exc)}") from None
     except msgspec.DecodeError as exc:
         raise WireError(f"not JSON: {_one_line(exc)}") from None
-    # Escaping walks every string; a line without a \\u escape and without a raw C1 control
-    # or bidi character has nothing to escape (raw C0 controls are invalid inside JSON strings).
+    # Escaping walks every string; a line that spells no control, DEL or bidi character in any
+    # of JSON's ways (_MAYBE_DIRTY) has nothing to escape.
     dirty = _MAYBE_DIRTY.search(line) is not None
     if isinstance(message, Hello):
         if message.schema > SCHEMA:

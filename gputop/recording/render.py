@@ -19,7 +19,10 @@ CHARTS = (("util_gpu", "utilization (0-100 %)", 100.0),
 
 
 def _clock(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    try:
+        return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):  # read from a file: any number may come
+        return "-"
 
 
 def _series(rec: Recording, width: int) -> list[tuple[str, list[tuple[str, str]]]]:

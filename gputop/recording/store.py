@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -74,15 +75,27 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def _atomic_write_table(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def _write_parts(tables: list[tuple[Path, pa.Table]]) -> None:
+    """Write the tables of one part: each to a hidden temporary file first, then all renamed
+    into place, or none (a full disk fails a write, and a failed rename undoes the ones made
+    before it). The GPU table (listed first, the one pandas.read_parquet sees) is renamed last."""
+    staged: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
     try:
-        pq.write_table(table, tmp, compression="zstd")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        for path, table in tables:
+            tmp = path.with_name(f".{path.name}.tmp")
+            staged.append((tmp, path))
+            pq.write_table(table, tmp, compression="zstd")
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        for tmp, path in reversed(staged):
+            os.replace(tmp, path)
+            placed.append(path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for path in placed:
+            path.unlink(missing_ok=True)
         raise
 
 
@@ -173,19 +186,19 @@ class Recorder:
             self.flush(snap.time)
 
     def flush(self, now: float | None = None) -> None:
-        """Write every non-empty buffer as a new part, then empty the buffers."""
+        """Write every non-empty buffer as one new part (all its tables or none), then empty
+        the buffers. On failure the buffers are kept and no file of the part is left."""
         if not any(self._buffers.values()):
             return
-        self._part += 1
+        name = f"part-{self._part + 1:06d}.parquet"
+        tables = [(self.path / _SUBDIR[table] / name, pa.Table.from_pylist(rows))
+                  for table, rows in self._buffers.items() if rows]
         try:
-            for table, rows in self._buffers.items():
-                if not rows:
-                    continue
-                target = self.path / _SUBDIR[table] / f"part-{self._part:06d}.parquet"
-                _atomic_write_table(target, pa.Table.from_pylist(rows))
-                self.rows_written += len(rows)
+            _write_parts(tables)
         except OSError as exc:
             raise RecordingError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        self._part += 1
+        self.rows_written += sum(len(rows) for rows in self._buffers.values())
         self._buffers = {t: [] for t in (*TABLES, SNAPSHOTS)}
         self._last_flush = now if now is not None else self._last_flush
 
@@ -230,6 +243,49 @@ REQUIRED = {
 }
 
 
+# Columns that must hold numbers (or nothing) where a part has them, those that may not be
+# empty, and those that must hold text (or nothing): what the summary and the report compute
+# and print from. A part that breaks them was not written by gputop (or was damaged): skipped.
+NUMERIC = {
+    "gpus": {"time", "gpu", *GPU_COLUMNS, *GPU_EXTRA_COLUMNS},
+    "processes": {"time", "pid", "gpu", "cpu_percent", "workers", "workers_cpu_percent", "rss",
+                  "gpu_mem", *AGENT_COLUMNS},
+    "host": {"time", "cpu_percent", "iowait", "memory_used", "load_1"},
+    "findings": {"time", "gpu", "pid", "cost_s"},
+    "snapshots": {"time"},
+}
+NOT_EMPTY = {"gpus": {"time", "gpu"}, "processes": {"time", "pid", "workers"},
+             "host": {"time"}, "findings": {"time"}, "snapshots": {"time", "snapshot"}}
+TEXT = {"gpus": {"name", "uuid", "clock_events"}, "processes": {"name", "command"},
+        "host": set(), "findings": {"id", "state", "severity", "title", "evidence"},
+        "snapshots": {"snapshot"}}
+# Sample times a calendar can show: from 1970 to the end of year 9999 (time.localtime's range).
+TIME_RANGE = (0.0, 253402300800.0)
+
+
+def _bad_values(frame: pd.DataFrame, table: str) -> str | None:
+    """Why a part's values cannot be summarized (infinite, not numbers, times out of range),
+    or None when they can."""
+    for column in sorted(NUMERIC[table] & set(frame.columns)):
+        values = frame[column]
+        if not (pd.api.types.is_numeric_dtype(values) or values.isna().all()):
+            return f"column {column} holds {values.dtype} values, not numbers"
+        numbers = values.to_numpy(dtype=float, na_value=np.nan)
+        if np.isinf(numbers).any():
+            return f"column {column} holds an infinite value"
+    for column in sorted(NOT_EMPTY[table] & set(frame.columns)):
+        if frame[column].isna().any():
+            return f"column {column} has empty values"
+    times = frame["time"].to_numpy(dtype=float)
+    if len(times) and not (TIME_RANGE[0] <= times.min() and times.max() < TIME_RANGE[1]):
+        return "times out of range (before 1970 or after 9999)"
+    for column in sorted(TEXT[table] & set(frame.columns)):
+        if not frame[column].map(lambda v: v is None or isinstance(v, str)
+                                 or (isinstance(v, float) and v != v)).all():
+            return f"column {column} holds values that are not text"
+    return None
+
+
 def _read_table(directory: Path, root: Path, bad: list[str], table: str) -> pd.DataFrame:
     """Every readable part of one table; the unreadable ones are named in ``bad``."""
     frames = []
@@ -247,6 +303,10 @@ def _read_table(directory: Path, root: Path, bad: list[str], table: str) -> pd.D
         missing = REQUIRED[table] - set(frame.columns)
         if missing:
             bad.append(f"{part.relative_to(root)} (no column {', '.join(sorted(missing))})")
+            continue
+        why = _bad_values(frame, table)
+        if why:
+            bad.append(f"{part.relative_to(root)} ({why})")
             continue
         frames.append(frame)
     if not frames:

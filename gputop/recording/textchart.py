@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -24,7 +26,7 @@ def bin_means(times: np.ndarray, values: np.ndarray, start: float, end: float, b
 
 def sparkline(values: np.ndarray, vmax: float) -> str:
     """One row of blocks scaled to [0, vmax]; a gap where there is no data."""
-    if vmax <= 0:
+    if not math.isfinite(vmax) or vmax <= 0:
         vmax = 1.0
     chars = []
     for v in values:

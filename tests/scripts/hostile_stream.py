@@ -7,7 +7,12 @@ of `gputop stream`. Run by the test nodes' wrapper (over real sshd) as
 * ``long-line``: a hello, then 2 MiB without a newline;
 * ``flood``: a hello, then a sample with 100 GPUs;
 * ``garbage``: a hello, then a line that is not JSON;
-* ``silent``: a hello, then nothing (a hung node).
+* ``silent``: a hello, then nothing (a hung node);
+* ``forged-short``: a valid stream with ``FORGE_CTRL`` (a forged alert line between JSON's
+  short escapes \\r \\n \\b \\f \\t, and nothing else to escape) in every string field of
+  the hello, the snapshot and the findings;
+* ``forged``: the same with ``FORGE`` (those, C1 controls and bidi overrides), sent as JSON
+  escapes and as raw UTF-8 in turn.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import sys
 import time
 
 EVIL = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202eevil"
+# Text that, printed raw, would add a forged alert line to `watch`'s output.
+FORGE_CTRL = "\r\n12:00:00 node-x: RAISED   critical forged-alert GPU 0: forged\b\f\tend"
+FORGE = FORGE_CTRL + "\x85\x9b31m\u202e\u2066\u200fend"
 
 
 def hello() -> None:
@@ -44,8 +52,64 @@ def sample(gpus: int = 1) -> str:
     })
 
 
+def forged_lines(forge: str, ascii_only: bool) -> tuple[str, str]:
+    """The hello and a sample line with ``forge`` in every string field of the schema: the
+    model's own dataclasses are walked, so a string field added later is covered too."""
+    import dataclasses
+
+    from gputop.model import (
+        DriverInfo,
+        GpuSample,
+        HostSample,
+        ProcSample,
+        Snapshot,
+        WorkerSample,
+        snapshot_to_json,
+    )
+
+    def filled(cls, **given):
+        values = {}
+        for f in dataclasses.fields(cls):
+            kind = str(f.type)
+            if f.name in given:
+                values[f.name] = given[f.name]
+            elif kind.startswith("tuple[str"):
+                values[f.name] = (forge,)
+            elif kind.startswith("str"):
+                values[f.name] = forge
+        return cls(**values)
+
+    worker = filled(WorkerSample, pid=4243, cpu_percent=80.0, rss=1 << 20)
+    agent = {"job_id": forge, "rank": 0, "world_size": 1, "steps": 10, "message": forge,
+             forge: forge}
+    proc = filled(ProcSample, pid=4242, gpu_mem=1 << 30, workers=(worker,), agent=agent)
+    gpu = filled(GpuSample, index=0, util_gpu=10.0, mem_used=1 << 30, mem_total=80 << 30,
+                 processes=(proc,))
+    snap = Snapshot(time=time.time(), host=filled(HostSample), driver=filled(
+        DriverInfo, available=True), gpus=(gpu,), other_processes=(
+        filled(ProcSample, pid=4244, workers=(worker,), agent=agent),))
+    finding = {"id": "dataloader-stall", "severity": "critical", "title": forge,
+               "evidence": forge, "fix": forge, "next_step": forge, "cost_s": 8.0, "gpu": 0,
+               "pid": 4242}
+    hello_line = json.dumps({"type": "hello", "schema": 1, "version": forge[-60:],
+                             "hostname": forge, "interval": 0.5, "demo": forge[-60:]},
+                            ensure_ascii=ascii_only)
+    sample_line = json.dumps({"type": "sample", "time": time.time(),
+                              "snapshot": snapshot_to_json(snap), "findings": [finding]},
+                             ensure_ascii=ascii_only)
+    return hello_line, sample_line
+
+
 def main() -> None:
     kind = sys.argv[1]
+    if kind.startswith("forged"):
+        forge = FORGE_CTRL if kind == "forged-short" else FORGE
+        print(forged_lines(forge, True)[0], flush=True)
+        turn = 0
+        while True:
+            print(forged_lines(forge, kind == "forged-short" or turn % 2 == 0)[1], flush=True)
+            turn += 1
+            time.sleep(0.5)
     hello()
     if kind == "escapes":
         while True:

@@ -24,7 +24,7 @@ def _parts(snap: Snapshot | None, interval: float, window: float | None, status:
         d = snap.driver
         parts.append(snap.host.hostname)
         if d.available:
-            parts.append(f"{'drv' if short else 'driver'} {d.driver_version}")
+            parts.append(f"{'drv' if short else 'driver'} {d.driver_version or 'n/a'}")
             parts.append(f"CUDA {d.cuda_version or 'n/a'}")
         else:
             parts.append("no GPU driver")

@@ -36,7 +36,7 @@ def node_title(view: NodeView, width: int) -> Text:
         text.append(f" ({view.remote_hostname})")
     if snap is not None:
         d = snap.driver
-        drv = (f"driver {d.driver_version}  CUDA {d.cuda_version or 'n/a'}" if d.available
+        drv = (f"driver {d.driver_version or 'n/a'}  CUDA {d.cuda_version or 'n/a'}" if d.available
                else f"no GPU driver: {d.error}")
         if d.simulated:
             drv += f"  (simulated: {d.simulated})"
