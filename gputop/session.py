@@ -17,14 +17,15 @@ from gputop.model import Snapshot
 
 
 def _agent_probe() -> AgentProbe:
-    from gputop.agent import client
+    from gputop.agent import client, namespaces
 
-    def probe(_gpu_pids: set[int]) -> dict[int, dict]:
+    def probe(gpu_pids: set[int]) -> dict[int, dict]:
         statuses = {}
         for pid in client.list_agents():
             status = client.agent_status(pid)
             if status is not None:
                 statuses[pid] = status
+        statuses.update(namespaces.probe(gpu_pids, statuses))  # across pid namespaces
         return statuses
 
     return probe
@@ -68,9 +69,11 @@ def open_sampler(
                                                 pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
         with StandIns(scenario) as standins:
-            for index, pids in {**standins.start(skip=attached), **attached}.items():
+            started = standins.start(skip=attached)
+            for index, pids in {**started, **attached}.items():
                 sim.set_processes(index, pids)
-            sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo)
+            sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo,
+                              nvml_pids_local=_demo_pids_local(bool(started)))
             sampler.open()  # while the stand-ins start
             try:
                 if wait_for_workers > 0:
@@ -80,6 +83,16 @@ def open_sampler(
                 sampler.close()
     finally:
         simnvml.uninstall()
+
+
+def _demo_pids_local(standins: bool) -> bool:
+    """Whether the simulated driver's pids are this namespace's. It reports host pids as
+    NVML does ($GPUTOP_DEMO_PIDS are host pids); in the host's namespace those are ours. In a
+    container, the stand-ins the demo starts are known only by their pids here, so a demo with
+    stand-ins reports this namespace's pids (and $GPUTOP_DEMO_PIDS are taken as such too)."""
+    from gputop.collect.pidns import in_init_pidns
+
+    return in_init_pidns() or standins
 
 
 def sample_every(sampler: Sampler, interval: float, duration: float | None) -> Iterator[Snapshot]:

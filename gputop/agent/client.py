@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported: callers of the client need the protocol's error and constants too.
+from gputop.agent.namespaces import Located
 from gputop.agent.protocol import (  # noqa: F401
+    _NS_SOCKET_NAME,
     _SOCKET_NAME,
     COMMANDS,
+    INIT_PIDNS,
     MAX_MESSAGE,
     PROTOCOL_VERSION,
     AgentError,
@@ -31,9 +34,11 @@ from gputop.agent.protocol import (  # noqa: F401
     default_capture_dir,
     encode,
     peer_credentials,
+    pid_namespace,
     socket_dir,
     socket_path,
 )
+from gputop.collect.pidns import in_init_pidns
 
 # --- finding agents --------------------------------------------------------------------------
 
@@ -154,28 +159,55 @@ def list_agents() -> dict[int, Path]:
             continue
         for pid, path in entries:
             if not _pid_alive(pid):
-                _unlink_quietly(path)
+                if in_init_pidns():  # in a container a plain name is a host pid, not ours
+                    _unlink_quietly(path)
                 continue
             agents.setdefault(pid, path)
+    agents.update(_own_namespaced_agents(agents))
     return agents
 
 
-def _locate(pid: int) -> tuple[Path, int] | None:
-    """The socket of ``pid``'s agent and the uid that owns its directory."""
+def _own_namespaced_agents(found: dict[int, Path]) -> dict[int, Path]:
+    """In a container's pid namespace: agents named ``<pid>-ns<our inode>.sock`` (issue 29)."""
+    own = pid_namespace()
+    if own is None or own == INIT_PIDNS:
+        return {}
+    agents: dict[int, Path] = {}
+    uid = os.geteuid()
+    for directory in _base_dirs(uid):
+        try:
+            check_socket_dir(directory, uid)
+            names = _entries(str(directory))
+        except (OSError, AgentError):
+            continue
+        for name in names:
+            m = _NS_SOCKET_NAME.match(name)
+            if m and int(m.group(2)) == own and int(m.group(1)) not in found \
+                    and _pid_alive(int(m.group(1))):
+                agents.setdefault(int(m.group(1)), directory / name)
+    return agents
+
+
+def _locate(pid: int) -> Located | None:
+    """The socket of ``pid``'s agent, the uid that owns its directory and the pids its peer
+    may show (0 too for a host pid seen from a container: that process is invisible here)."""
+    peers = (pid,) if in_init_pidns() else (pid, 0)
     for directory, owner in _search_dirs():
         path = directory / f"{pid}.sock"
         try:
             check_socket_dir(directory, owner)
             if stat.S_ISSOCK(os.lstat(path).st_mode):
-                return path, owner
+                return Located(path, owner, peers)
         except (OSError, AgentError):
             continue
-    return None
+    from gputop.agent import namespaces  # containers, either way (issue 29)
+
+    return namespaces.locate(pid)
 
 
 def find_agent(pid: int) -> Path | None:
     found = _locate(pid)
-    return found[0] if found else None
+    return found.path if found else None
 
 
 # --- client --------------------------------------------------------------------------------
@@ -184,15 +216,18 @@ def find_agent(pid: int) -> Path | None:
 class AgentConnection:
     """One connection to one agent; several requests may go over it, one at a time."""
 
-    def __init__(self, pid: int, timeout: float = 2.0, path: Path | None = None) -> None:
+    def __init__(self, pid: int, timeout: float = 2.0, path: Path | None = None,
+                 peers: tuple[int, ...] | None = None) -> None:
         self.pid = pid
         self.timeout = timeout
         owner = os.geteuid()
+        self.root = ""  # the prefix of the agent's files from here (another mount namespace)
         if path is None:
             found = _locate(pid)
             if found is None:
                 raise AgentError(no_agent_hint(pid), "no-agent")
-            path, owner = found
+            path, owner, peers, self.root = found.path, found.owner, found.peer, found.root
+        peers = (pid,) if peers is None else peers
         self.path = path
         self._buffer = b""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -225,7 +260,7 @@ class AgentConnection:
         except OSError:
             peer_pid, uid = -1, -1
         self.peer_uid = uid
-        if peer_pid != pid or uid not in (owner, 0):
+        if peer_pid not in peers or uid not in (owner, 0):
             self.sock.close()
             raise AgentError(
                 f"socket {path} is served by pid {peer_pid} (uid {uid}), not by pid {pid} of "
@@ -423,7 +458,10 @@ def request_capture(
             if exc.code == "exited":
                 raise AgentError(f"process {pid} exited during the capture", "exited") from None
             raise
-    return checked_trace_reply(reply, pid, conn.peer_uid)
+    reply = checked_trace_reply(reply, pid, conn.peer_uid)
+    if conn.root:  # the agent runs in another mount namespace: its path from here
+        reply["trace"] = conn.root + reply["trace"]
+    return reply
 
 
 MAX_TRACE_PATH = 4096

@@ -16,7 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.protocol import COMMANDS, MAX_MESSAGE, encode, peer_allowed, peer_uid, socket_dir
+from gputop.agent.protocol import (
+    COMMANDS,
+    MAX_MESSAGE,
+    encode,
+    peer_allowed,
+    peer_uid,
+    pid_namespace,
+    socket_dir,
+    socket_name,
+)
 
 IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
 MAX_CONNECTIONS = 16  # at once; more get a `busy` reply
@@ -55,10 +64,11 @@ class AgentServer:
         self.refused = 0  # connections from other users
 
     def start(self) -> Path:
-        """Bind ``<socket dir>/<pid>.sock`` (0600) and start serving; raises on failure."""
+        """Bind ``<socket dir>/<pid>.sock`` (0600; ``<pid>-ns<inode>.sock`` in a container's
+        pid namespace) and start serving; raises on failure."""
         directory = socket_dir(create=True)
         pid = os.getpid()
-        final = directory / f"{pid}.sock"
+        final = directory / socket_name(pid, pid_namespace())
         staging = directory / f".{pid}.{threading.get_ident()}.tmp"
         for stale in (staging, final):
             try:

@@ -26,6 +26,8 @@ import pynvml
 
 from gputop.collect import scenarios
 from gputop.collect.scenarios import GpuBehaviour, Scenario
+from gputop.collect.simmig import PROTOTYPES as MIG_PROTOTYPES
+from gputop.collect.simmig import SimulatedMig
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +74,10 @@ class SimProcess:
     def __init__(self, pid: int, mem_share: float) -> None:
         self.pid = pid
         self.mem_share = mem_share
+        self.slot = 0  # the MIG device it runs on, on a MIG-mode GPU
 
 
-class SimulatedNvml:
+class SimulatedNvml(SimulatedMig):
     """The state of one simulated driver: scenario, clock, and the pids on each GPU."""
 
     def __init__(
@@ -110,7 +113,8 @@ class SimulatedNvml:
         with self._lock:
             keep = [p for p in self.processes.get(index, []) if p.pid >= _pid_max()]
             shares = scenarios.sm_util_share(len(pids))
-            self.processes[index] = [SimProcess(pid, s) for pid, s in zip(pids, shares)] + keep
+            placed = [SimProcess(pid, s) for pid, s in zip(pids, shares)]
+            self.processes[index] = self.mig_place(index, placed) + keep
 
     def _gpu(self, handle: int | None) -> tuple[int, GpuBehaviour] | int:
         """The GPU of a handle, or an NVML error code for a bad or lost one."""
@@ -518,6 +522,7 @@ PROTOTYPES: dict[str, tuple] = {
     "nvmlGpmSampleFree": (c_int, _P),
     "nvmlGpmSampleGet": (c_int, _P, _P),
     "nvmlGpmMetricsGet": (c_int, _P),
+    **MIG_PROTOTYPES,  # MIG calls (collect/simmig.py)
 }
 
 
@@ -531,7 +536,7 @@ def _export(sim: SimulatedNvml, name: str, restype) -> Callable:
     def call(*args):
         sim.calls[name] += 1
         try:
-            return method(*args)
+            return (sim.route(name, args) or method)(*args)  # MIG answers some calls
         except Exception:  # never raise through the C boundary
             log.exception("simulated %s failed", name)
             return 0 if restype is c_void_p else UNKNOWN
