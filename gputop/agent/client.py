@@ -458,23 +458,22 @@ def request_capture(
             if exc.code == "exited":
                 raise AgentError(f"process {pid} exited during the capture", "exited") from None
             raise
-    reply = checked_trace_reply(reply, pid, conn.peer_uid)
-    if conn.root:  # the agent runs in another mount namespace: its path from here
-        reply["trace"] = conn.root + reply["trace"]
-    return reply
+    return checked_trace_reply(reply, pid, conn.peer_uid, conn.root)
 
 
 MAX_TRACE_PATH = 4096
 
 
-def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int) -> dict[str, Any]:
+def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int,
+                        root: str = "") -> dict[str, Any]:
     """The agent's capture reply with its trace path checked, and ``agent_uid`` set from the
-    socket's credentials (never from what the agent says): an agent is untrusted input."""
+    socket's credentials (never from what the agent says): an agent is untrusted input.
+    ``root``: where the agent's files are from here (``/proc/PID/root`` for a container)."""
     trace = reply.get("trace")
     if (not isinstance(trace, str) or not trace or len(trace) > MAX_TRACE_PATH
             or "\0" in trace or not os.path.isabs(trace)):
         raise AgentError(f"agent of pid {pid} replied without a usable trace path", "protocol")
-    return {**reply, "agent_uid": peer_uid}
+    return {**reply, "trace": root + trace, "agent_uid": peer_uid}
 
 
 def partial_note(reply: dict[str, Any]) -> str | None:

@@ -258,6 +258,6 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
         return out
     for agent in discover():
         host = agent.host_pid
-        if host is not None and host not in known:
-            out[host] = agent.status
+        if host is not None and host in gpu_pids and host not in known:
+            out[host] = agent.status  # its own "pid" is another namespace's
     return out

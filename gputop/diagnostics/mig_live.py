@@ -3,7 +3,7 @@
 A MIG device is isolated from the others (its own SMs, memory and bandwidth), so a leak, a
 full memory or processes sharing it concern that device, not the board: the rules see each
 MIG device as a GPU (``mig_view.instance_gpu``), under a key of its own, and the whole GPU
-without its processes (they are the instances'). The findings then name the MIG device
+without its processes and memory (they are the instances'). The findings then name the MIG device
 ("GPU 0 MIG 1g.10gb (GI 7)") and carry ``gpu`` = the board and ``gpu_instance`` = its GI.
 
 Rules that read NVML utilization do not fire on MIG devices: NVML reports none there (the
@@ -35,7 +35,9 @@ def expand(snap: Snapshot) -> tuple[Snapshot, dict[int, tuple[int, MigSample]]]:
         if not (g.mig_mode and g.mig) or g.lost:
             gpus.append(g)
             continue
-        gpus.append(replace(g, processes=()))
+        # The board: its own physical readings; its memory and processes are the MIG
+        # devices' (each has its own memory: the board cannot run out as a whole).
+        gpus.append(replace(g, processes=(), mem_used=None, mem_total=None))
         for m in g.mig:
             key = mig_key(g.index, m.gpu_instance)
             keys[key] = (g.index, m)
