@@ -88,13 +88,6 @@ def _clean_argv(argv: Any) -> list[str]:
     return [a[:512] for a in argv[:64] if isinstance(a, str)]
 
 
-def _uid_of(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
 def _other_mount_ns(pid: int) -> bool:
     theirs, ours = ns_inode(pid, "mnt"), ns_inode("self", "mnt")
     return theirs is not None and ours is not None and theirs != ours
@@ -142,7 +135,9 @@ def locate(pid: int) -> Located | None:
 
 def _in_container(pid: int, inner: int) -> Located | None:
     """The socket of a visible process ``pid`` whose pid in its own namespace is ``inner``."""
-    owner = _uid_of(pid)
+    from gputop.agent.client import _owner
+
+    owner = _owner(pid)
     if owner is None:
         return None
     root = f"/proc/{pid}/root" if _other_mount_ns(pid) else ""

@@ -109,8 +109,6 @@ class SimulatedMig:
             got = self._gpu(handle)
             if not isinstance(got, int) and got[1].mig:
                 return getattr(self, _ON_MIG_PARENT[name])
-        if name == "nvmlGpmMetricsGet":
-            return self._mig_metrics if self._mig_request(args[0]) else None
         if name == "nvmlGpmSampleGet":
             return self._whole_gpu_sample
         return None
@@ -306,40 +304,17 @@ class SimulatedMig:
         self.__dict__.setdefault("_gpm_mig", {}).pop(sample, None)  # the buffer is the GPU's now
         return type(self).nvmlGpmSampleGet(self, handle, sample)
 
-    def _mig_request(self, out) -> tuple[int, int] | None:
-        """(slot of sample 1, slot of sample 2) when the request compares MIG samples."""
-        request = cast(out, POINTER(pynvml.c_nvmlGpmMetricsGet_t)).contents
+    def gpm_reading(self, s1: int, s2: int, index: int, t: float
+                    ) -> scenarios.GpuReading | None:
+        """What two GPM samples of GPU ``index`` compare: the GPU's readings, or a MIG
+        device's when both were taken of that GPU instance (None: of different ones)."""
         marks = self.__dict__.get("_gpm_mig", {})
-        s1 = cast(request.sample1, c_void_p).value
-        s2 = cast(request.sample2, c_void_p).value
-        if s1 in marks or s2 in marks:
-            return marks.get(s1, -1), marks.get(s2, -2)
-        return None
-
-    def _mig_metrics(self, out):
-        slots = self._mig_request(out)
-        request = cast(out, POINTER(pynvml.c_nvmlGpmMetricsGet_t)).contents
-        s2 = cast(request.sample2, c_void_p).value
-        with self._lock:
-            second = self._gpm_samples.get(s2)
-        if slots is None or slots[0] != slots[1] or second is None or second[0] < 0:
-            return INVALID_ARGUMENT
-        index, t = second
-        r = scenarios.mig_slice_reading(self.scenario.gpus[index], index, slots[0], t, self.seed)
-        values = {
-            pynvml.NVML_GPM_METRIC_SM_UTIL: r.sm_active,
-            pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: r.sm_occupancy,
-            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: r.tensor_active,
-            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: r.dram_active,
-        }
-        for i in range(request.numMetrics):
-            metric = request.metrics[i]
-            if metric.metricId in values:
-                metric.value = float(values[metric.metricId])
-                metric.nvmlReturn = SUCCESS
-            else:
-                metric.nvmlReturn = NOT_SUPPORTED
-        return SUCCESS
+        slot = marks.get(s2)
+        if marks.get(s1) != slot:
+            return None
+        if slot is None:
+            return scenarios.reading(self.scenario.gpus[index], index, t, self.seed)
+        return scenarios.mig_slice_reading(self.scenario.gpus[index], index, slot, t, self.seed)
 
 
 def _is_mig_handle(handle) -> bool:

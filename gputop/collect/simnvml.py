@@ -380,19 +380,9 @@ class SimulatedNvml(SimulatedMig):
         index, gpu, r = got
         with self._lock:
             procs = list(self.processes.get(index, []))
-        capacity = cast(count_ptr, POINTER(c_uint))[0]
-        _put(count_ptr, c_uint, len(procs))
-        if not procs:
-            return SUCCESS
-        if not array or capacity < len(procs):
-            return INSUFFICIENT_SIZE
-        infos = cast(array, POINTER(pynvml.c_nvmlProcessInfo_v2_t))
-        for i, proc in enumerate(procs):
-            infos[i].pid = proc.pid
-            infos[i].usedGpuMemory = int(r.mem_used * proc.mem_share)
-            infos[i].gpuInstanceId = 0xFFFFFFFF
-            infos[i].computeInstanceId = 0xFFFFFFFF
-        return SUCCESS
+        # No MIG: the instance ids are NVML's "not set" (0xFFFFFFFF).
+        rows = [(p.pid, int(r.mem_used * p.mem_share), 0xFFFFFFFF, 0xFFFFFFFF) for p in procs]
+        return self._fill_processes(count_ptr, array, rows)
 
     nvmlDeviceGetComputeRunningProcesses_v3 = _running_processes
     nvmlDeviceGetComputeRunningProcesses_v2 = _running_processes
@@ -462,7 +452,9 @@ class SimulatedNvml(SimulatedMig):
         if first is None or second is None or first[0] < 0 or first[0] != second[0]:
             return INVALID_ARGUMENT
         index = first[0]
-        r = scenarios.reading(self.scenario.gpus[index], index, second[1], self.seed)
+        r = self.gpm_reading(s1, s2, index, second[1])  # the GPU's, or a MIG device's
+        if r is None:
+            return INVALID_ARGUMENT
         values = {
             pynvml.NVML_GPM_METRIC_SM_UTIL: r.sm_active,
             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: r.sm_occupancy,
