@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from gputop.collect.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
 
 MAX_FOREIGN = 64  # agents of other namespaces asked per discovery
 FOREIGN_TIMEOUT_S = 0.5
+ABSENT_KEEP_S = 10.0  # a container's GPU process without an agent is looked for again after
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ _lock = threading.Lock()
 _foreign: dict[int, ForeignAgent] = {}  # by host pid, from the last discovery
 _told: set[tuple[int, int]] = set()  # (host pid, pid namespace) told their host pid
 _argv: dict[tuple[str, int, int | None], list[str]] = {}  # a foreign agent's command line
+_absent: dict[int, float] = {}  # host pid -> when no agent was found for it
 
 
 def _clean_argv(argv: Any) -> list[str]:
@@ -242,14 +245,22 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
 
     out: dict[int, dict[str, Any]] = {}
     if in_init_pidns():
+        now = time.monotonic()
         for pid in sorted(gpu_pids - set(known)):
+            if now - _absent.get(pid, -ABSENT_KEEP_S) < ABSENT_KEEP_S:
+                continue  # no agent there a moment ago: not looked for every tick
             inner = nspids(pid)
             if not inner or len(inner) < 2:
                 continue
             status = agent_status(pid)
-            if status is not None:
-                tell_host_pid(pid, status)
-                out[pid] = status
+            if status is None:
+                _absent[pid] = now
+                continue
+            _absent.pop(pid, None)
+            tell_host_pid(pid, status)
+            out[pid] = status
+        for pid in [p for p, at in _absent.items() if now - at >= ABSENT_KEEP_S]:
+            del _absent[pid]
         return out
     for agent in discover():
         host = agent.host_pid
