@@ -16,6 +16,10 @@ from gputop.collect.pidmap import PidResolver, Resolved
 from gputop.collect.pidns import in_init_pidns, ns_pid
 from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot
 
+# Why a pid NVML reports is missing from /proc in the host's own pid namespace.
+NOT_IN_PROC = ("pid {pid} is not in /proc: it has just exited, or /proc is mounted with hidepid "
+               "(another user's process)")
+
 # Looks up the agents of training processes: returns {pid: status dict}. Set by the session
 # when the agent IPC is available; must be cheap and must not raise.
 AgentProbe = Callable[[set[int]], dict[int, dict]]
@@ -99,7 +103,10 @@ class Sampler:
         """A GPU process NVML names ``pid``, measured here with its agent's status."""
         found = resolved.get(pid)
         if found is None:  # NVML's pids are ours
-            return _with(self._identify(self.host.sample_process(pid)), agent=agents.get(pid))
+            base = self.host.sample_process(pid)
+            if not base.visible:
+                base = _with(base, hidden=NOT_IN_PROC.format(pid=pid))
+            return _with(self._identify(base), agent=agents.get(pid))
         if found.local is not None:
             base = self._identify(self.host.sample_process(found.local))
             return _with(base, host_pid=pid if found.local != pid else None,
