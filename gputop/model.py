@@ -23,6 +23,57 @@ class WorkerSample:
     threads: int | None = None
 
 
+# -- containers, pid namespaces and MIG (issue 29) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a process belongs to, from its cgroups, mounts and environment (each None when it
+    cannot be read): the container runtime and its container id, the Kubernetes pod (uid,
+    name, namespace) and container name, and the Slurm job id. Exported under dcgm-exporter's
+    label names (``pod``, ``namespace``, ``container``, ``hpc_job``)."""
+
+    runtime: str | None = None  # docker, containerd, cri-o, podman, kubernetes
+    container_id: str | None = None
+    pod_uid: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    slurm_job: str | None = None
+
+    def is_empty(self) -> bool:
+        return not any(self.__dict__.values())
+
+
+@dataclass(frozen=True)
+class MigSample:
+    """One MIG device of a MIG-enabled GPU (a GPU instance with its compute instance).
+
+    NVML gives no utilization for a MIG device: ``sm_active`` and the other activities come
+    from GPM (``nvmlGpmMigSampleGet``, Hopper and later) and are None where it is missing.
+    The processes on it are in the parent GPU's ``processes`` with ``gpu_instance`` set;
+    ``pids`` names them."""
+
+    gpu_instance: int
+    compute_instance: int | None = None
+    profile: str | None = None  # "1g.10gb"
+    name: str | None = None
+    uuid: str | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    pids: tuple[int, ...] = ()
+
+    @property
+    def mem_percent(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return 100.0 * self.mem_used / self.mem_total
+
+
 @dataclass(frozen=True)
 class ProcSample:
     """A process that uses a GPU, with its children measured by psutil.
@@ -46,6 +97,16 @@ class ProcSample:
     visible: bool = True
     workers: tuple[WorkerSample, ...] = ()
     agent: dict[str, Any] | None = None
+    # Containers and MIG (issue 29). ``ns_pid``: its pid inside its own pid namespace (a
+    # container's pid) where that differs from ``pid``; ``host_pid``: the pid NVML reports
+    # (the host's) where gputop runs in a container and ``pid`` is this namespace's;
+    # ``hidden``: why a process NVML reports cannot be named from here (one line).
+    ns_pid: int | None = None
+    host_pid: int | None = None
+    owner: Owner | None = None
+    gpu_instance: int | None = None  # MIG: the GPU instance (GI) and compute instance (CI)
+    compute_instance: int | None = None
+    hidden: str | None = None
 
     @property
     def tree_cpu_percent(self) -> float:
@@ -89,6 +150,10 @@ class GpuSample:
     tensor_active: float | None = None
     dram_active: float | None = None
     processes: tuple[ProcSample, ...] = ()
+    # MIG (issue 29): True when MIG mode is on (None: the GPU has no MIG, or did not say);
+    # then NVML reports no utilization for the GPU and ``mig`` lists its MIG devices.
+    mig_mode: bool | None = None
+    mig: tuple[MigSample, ...] = ()
 
     @property
     def mem_percent(self) -> float | None:
@@ -142,11 +207,19 @@ class Snapshot:
         return snapshot_to_json(self)
 
 
+# Fields written to JSON only when set, so the schema of a plain host stays as it was.
+_OPTIONAL_PROC = ("agent", "ns_pid", "host_pid", "owner", "gpu_instance", "compute_instance",
+                  "hidden")
+
+
 def _proc_to_json(proc: ProcSample) -> dict[str, Any]:
     data = asdict(proc)
     data["workers"] = [asdict(w) for w in proc.workers]
-    if proc.agent is None:
-        data.pop("agent")
+    for key in _OPTIONAL_PROC:
+        if data.get(key) is None:
+            data.pop(key, None)
+    if proc.owner is not None:
+        data["owner"] = {k: v for k, v in data["owner"].items() if v is not None}
     return data
 
 
@@ -157,6 +230,11 @@ def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
         data = asdict(gpu)
         data["clock_events"] = list(gpu.clock_events)
         data["processes"] = [_proc_to_json(p) for p in gpu.processes]
+        if gpu.mig_mode is None:  # a GPU without MIG: the schema as before
+            data.pop("mig_mode")
+            data.pop("mig")
+        else:
+            data["mig"] = [{**asdict(m), "pids": list(m.pids)} for m in gpu.mig]
         gpus.append(data)
     host = asdict(snap.host)
     host["cpu_per_core"] = list(snap.host.cpu_per_core)

@@ -18,10 +18,19 @@ from gputop.model import Snapshot
 
 def _agent_probe() -> AgentProbe:
     """Every agent's status each tick, all at once within one deadline (another user's socket
-    that never answers costs a tick at most ``status_probe.PROBE_DEADLINE_S``, once)."""
+    that never answers costs a tick at most ``status_probe.PROBE_DEADLINE_S``, once), then the
+    agents of other pid namespaces (containers) that the plain search does not find."""
+    from gputop.agent import namespaces
     from gputop.agent.status_probe import StatusProbe
 
-    return StatusProbe()
+    plain = StatusProbe()
+
+    def probe(gpu_pids: set[int]) -> dict[int, dict]:
+        statuses = plain(gpu_pids)
+        statuses.update(namespaces.probe(gpu_pids, statuses))
+        return statuses
+
+    return probe
 
 
 @contextlib.contextmanager
@@ -62,9 +71,11 @@ def open_sampler(
                                                 pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
         with StandIns(scenario) as standins:
-            for index, pids in {**standins.start(skip=attached), **attached}.items():
+            started = standins.start(skip=attached)
+            for index, pids in {**started, **attached}.items():
                 sim.set_processes(index, pids)
-            sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo)
+            sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo,
+                              nvml_pids_local=_demo_pids_local(bool(started)))
             sampler.open()  # while the stand-ins start
             try:
                 if wait_for_workers > 0:
@@ -74,6 +85,16 @@ def open_sampler(
                 sampler.close()
     finally:
         simnvml.uninstall()
+
+
+def _demo_pids_local(standins: bool) -> bool:
+    """Whether the simulated driver's pids are this namespace's. It reports host pids as
+    NVML does ($GPUTOP_DEMO_PIDS are host pids); in the host's namespace those are ours. In a
+    container, the stand-ins the demo starts are known only by their pids here, so a demo with
+    stand-ins reports this namespace's pids (and $GPUTOP_DEMO_PIDS are taken as such too)."""
+    from gputop.collect.pidns import in_init_pidns
+
+    return in_init_pidns() or standins
 
 
 def sample_every(sampler: Sampler, interval: float, duration: float | None) -> Iterator[Snapshot]:

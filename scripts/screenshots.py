@@ -56,6 +56,7 @@ SHOTS = (
     Shot("input-starved-process-view-120x40", "input-starved", (120, 40), ("enter",)),
     Shot("input-starved-diagnosis-120x40", "input-starved", (120, 40), diagnosis=True),
     Shot("tour-stacks-120x40", "tour", (120, 40), stacks=True),
+    Shot("mig-120x40", "mig", (120, 40)),
 )
 
 

@@ -19,6 +19,7 @@ from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
+                  "GPU_I_ID", "GPU_I_PROFILE", "pod", "namespace", "container", "hpc_job",
                   "hostname", "driver_version", "cuda_version", "simulated"}
 
 
@@ -79,11 +80,11 @@ def test_the_finding_clock_counts_active_time_per_finding_and_gpu():
     clock.update([finding("contention", "warning", None)], 1.5)
     active, seconds = clock.families()
     assert {tuple(s.labels.values()): s.value for s in active.samples} == {
-        ("contention", "warning", ""): 1.0,
-        ("dataloader-stall", "critical", "0"): 0.0,  # cleared; the worst severity it had last
+        ("contention", "warning", "", ""): 1.0,
+        ("dataloader-stall", "critical", "0", ""): 0.0,  # cleared; the worst severity it had last
     }
     assert {tuple(s.labels.values()): s.value for s in seconds.samples} == {
-        ("contention", ""): 2.5, ("dataloader-stall", "0"): 2.0}
+        ("contention", "", ""): 2.5, ("dataloader-stall", "0", ""): 2.0}
     assert all(s.name == "gputop_finding_active_seconds_total" for s in seconds.samples)
 
 

@@ -176,8 +176,11 @@ def test_every_scenario_samples_for_a_minute(simulated, sim_clock, name):
         assert len(rows) == len(SCENARIOS[name].gpus)
         for gpu, _, _ in rows:
             assert isinstance(gpu, GpuSample)
-            if not gpu.lost:
+            if gpu.mig_mode:  # NVML reports no utilization in MIG mode: n/a, never 0
+                assert gpu.util_gpu is None and gpu.mig
+            elif not gpu.lost:
                 assert 0 <= gpu.util_gpu <= 100
+            if not gpu.lost:
                 assert 0 < gpu.mem_used <= gpu.mem_total
     collector.close()
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop.agent.info import distributed_info, hello
+from gputop.agent.pidinfo import PidInfo
 from gputop.agent.profiling import CaptureController
 from gputop.agent.server import AgentServer
 from gputop.agent.telemetry import StepTelemetry
@@ -67,6 +68,7 @@ class _Agent:
         self.capture = CaptureController(self.telemetry, self.hooks.ensure_placed)
         self.server: AgentServer | None = None
         self.server_error: str | None = None
+        self.pids = PidInfo()  # its pid namespace and host pid, in a container
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -80,6 +82,7 @@ class _Agent:
                 "status": lambda msg, gone: self._status(msg),
                 "capture": self.capture.capture,
                 "cancel": lambda msg, gone: self._cancel(msg),
+                "seen": lambda msg, gone: self.pids.seen(msg),
             },
             on_error=self.telemetry.record_error,
         )
@@ -147,6 +150,7 @@ class _Agent:
         if self.telemetry.last_error:
             reply["last_agent_error"] = self.telemetry.last_error
         reply["refused_peers"] = self.server.refused if self.server is not None else 0
+        reply.update(self.pids.status())  # in a container: its pid namespace and host pid
         return reply
 
     def _cancel(self, message: dict[str, Any]) -> dict[str, Any]:

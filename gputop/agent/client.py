@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported: callers of the client need the protocol's error and constants too.
+from gputop.agent.namespaces import Located
 from gputop.agent.protocol import (  # noqa: F401
+    _NS_SOCKET_NAME,
     _SOCKET_NAME,
     COMMANDS,
+    INIT_PIDNS,
     MAX_MESSAGE,
     PROTOCOL_VERSION,
     AgentError,
@@ -31,9 +34,11 @@ from gputop.agent.protocol import (  # noqa: F401
     default_capture_dir,
     encode,
     peer_credentials,
+    pid_namespace,
     socket_dir,
     socket_path,
 )
+from gputop.collect.pidns import in_init_pidns
 
 # --- finding agents --------------------------------------------------------------------------
 
@@ -155,9 +160,13 @@ def agent_sockets() -> dict[int, tuple[Path, int]]:
             continue
         for pid, path in entries:
             if not _pid_alive(pid):
-                _unlink_quietly(path)
+                if in_init_pidns():  # in a container a plain name is a host pid, not ours
+                    _unlink_quietly(path)
                 continue
             agents.setdefault(pid, (path, owner))
+    own_uid = os.geteuid()
+    for pid, path in _own_namespaced_agents(agents).items():
+        agents.setdefault(pid, (path, own_uid))
     return agents
 
 
@@ -166,36 +175,69 @@ def list_agents() -> dict[int, Path]:
     return {pid: path for pid, (path, _) in agent_sockets().items()}
 
 
-def _locate(pid: int) -> tuple[Path, int] | None:
-    """The socket of ``pid``'s agent and the uid that owns its directory."""
+def _own_namespaced_agents(found: dict[int, Any]) -> dict[int, Path]:
+    """In a container's pid namespace: agents named ``<pid>-ns<our inode>.sock`` (issue 29)."""
+    own = pid_namespace()
+    if own is None or own == INIT_PIDNS:
+        return {}
+    agents: dict[int, Path] = {}
+    uid = os.geteuid()
+    for directory in _base_dirs(uid):
+        try:
+            check_socket_dir(directory, uid)
+            names = _entries(str(directory))
+        except (OSError, AgentError):
+            continue
+        for name in names:
+            m = _NS_SOCKET_NAME.match(name)
+            if m and int(m.group(2)) == own and int(m.group(1)) not in found \
+                    and _pid_alive(int(m.group(1))):
+                agents.setdefault(int(m.group(1)), directory / name)
+    return agents
+
+
+def _locate(pid: int) -> Located | None:
+    """The socket of ``pid``'s agent, the uid that owns its directory and the pids its peer
+    may show (0 too for a host pid seen from a container: that process is invisible here)."""
+    peers = own_peers(pid)
     for directory, owner in _search_dirs():
         path = directory / f"{pid}.sock"
         try:
             check_socket_dir(directory, owner)
             if stat.S_ISSOCK(os.lstat(path).st_mode):
-                return path, owner
+                return Located(path, owner, peers)
         except (OSError, AgentError):
             continue
-    return None
+    from gputop.agent import namespaces  # containers, either way (issue 29)
+
+    return namespaces.locate(pid)
 
 
 def find_agent(pid: int) -> Path | None:
     found = _locate(pid)
-    return found[0] if found else None
+    return found.path if found else None
 
 
 # --- client --------------------------------------------------------------------------------
 
 
-def check_peer(sock: socket.socket, pid: int, owner: int, path: Path) -> int:
+def own_peers(pid: int) -> tuple[int, ...]:
+    """The pids the kernel may show for the peer of ``pid``'s socket from here: ``pid``, and 0
+    too in a container (a host pid there is a process this namespace cannot see)."""
+    return (pid,) if in_init_pidns() else (pid, 0)
+
+
+def check_peer(sock: socket.socket, pid: int, owner: int, path: Path,
+               peers: tuple[int, ...] | None = None) -> int:
     """The uid at the other end of a connected agent socket. Trust the other end only if it is
-    the process the socket is named after, run by the owner of the directory (or root):
-    nobody can answer in another process's name. Raises AgentError ("refused") otherwise."""
+    the process the socket is named after (one of ``peers``, default ``pid``), run by the owner
+    of the directory (or root): nobody can answer in another process's name. Raises AgentError
+    ("refused") otherwise."""
     try:
         peer_pid, uid = peer_credentials(sock)
     except OSError:
         peer_pid, uid = -1, -1
-    if peer_pid != pid or uid not in (owner, 0):
+    if peer_pid not in (peers or (pid,)) or uid not in (owner, 0):
         raise AgentError(
             f"socket {path} is served by pid {peer_pid} (uid {uid}), not by pid {pid} of "
             f"uid {owner}; refusing to talk to it",
@@ -207,15 +249,18 @@ def check_peer(sock: socket.socket, pid: int, owner: int, path: Path) -> int:
 class AgentConnection:
     """One connection to one agent; several requests may go over it, one at a time."""
 
-    def __init__(self, pid: int, timeout: float = 2.0, path: Path | None = None) -> None:
+    def __init__(self, pid: int, timeout: float = 2.0, path: Path | None = None,
+                 peers: tuple[int, ...] | None = None) -> None:
         self.pid = pid
         self.timeout = timeout
         owner = os.geteuid()
+        self.root = ""  # the prefix of the agent's files from here (another mount namespace)
         if path is None:
             found = _locate(pid)
             if found is None:
                 raise AgentError(no_agent_hint(pid), "no-agent")
-            path, owner = found
+            path, owner, peers, self.root = found.path, found.owner, found.peer, found.root
+        peers = (pid,) if peers is None else peers
         self.path = path
         self._buffer = b""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -242,7 +287,7 @@ class AgentConnection:
                 f"cannot connect to the agent of pid {pid}: {exc.strerror}", "refused"
             ) from None
         try:
-            self.peer_uid = check_peer(self.sock, pid, owner, path)
+            self.peer_uid = check_peer(self.sock, pid, owner, path, peers)
         except AgentError:
             self.sock.close()
             raise
@@ -439,20 +484,22 @@ def request_capture(
             if exc.code == "exited":
                 raise AgentError(f"process {pid} exited during the capture", "exited") from None
             raise
-    return checked_trace_reply(reply, pid, conn.peer_uid)
+    return checked_trace_reply(reply, pid, conn.peer_uid, conn.root)
 
 
 MAX_TRACE_PATH = 4096
 
 
-def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int) -> dict[str, Any]:
+def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int,
+                        root: str = "") -> dict[str, Any]:
     """The agent's capture reply with its trace path checked, and ``agent_uid`` set from the
-    socket's credentials (never from what the agent says): an agent is untrusted input."""
+    socket's credentials (never from what the agent says): an agent is untrusted input.
+    ``root``: where the agent's files are from here (``/proc/PID/root`` for a container)."""
     trace = reply.get("trace")
     if (not isinstance(trace, str) or not trace or len(trace) > MAX_TRACE_PATH
             or "\0" in trace or not os.path.isabs(trace)):
         raise AgentError(f"agent of pid {pid} replied without a usable trace path", "protocol")
-    return {**reply, "agent_uid": peer_uid}
+    return {**reply, "trace": root + trace, "agent_uid": peer_uid}
 
 
 def partial_note(reply: dict[str, Any]) -> str | None:

@@ -20,11 +20,16 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from gputop.collect.pidns import INIT_PIDNS, ns_inode
+
 PROTOCOL_VERSION = 1
 MAX_MESSAGE = 64 * 1024
-COMMANDS = ("hello", "status", "capture", "cancel")
+COMMANDS = ("hello", "status", "capture", "cancel", "seen")
 
 _SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})\.sock$")
+# An agent in a pid namespace other than the host's names its socket with the namespace too
+# (``<pid>-ns<inode>.sock``): pid 1 of two containers sharing /tmp must not collide.
+_NS_SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})-ns([1-9][0-9]{0,11})\.sock$")
 _PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
 
 
@@ -143,6 +148,18 @@ def socket_dir(create: bool = False) -> Path:
     if create and os.lstat(path).st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
+
+
+def pid_namespace() -> int | None:
+    """The inode of this process's pid namespace (None when /proc cannot tell)."""
+    return ns_inode("self")
+
+
+def socket_name(pid: int, pidns: int | None = None) -> str:
+    """``<pid>.sock`` in the host's pid namespace, ``<pid>-ns<inode>.sock`` in another."""
+    if pidns is None or pidns == INIT_PIDNS:
+        return f"{pid}.sock"
+    return f"{pid}-ns{pidns}.sock"
 
 
 def socket_path(pid: int, directory: Path | None = None) -> Path:

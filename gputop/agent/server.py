@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.protocol import COMMANDS, MAX_MESSAGE, encode, peer_allowed, peer_uid, socket_dir
+from gputop.agent.protocol import (
+    COMMANDS,
+    MAX_MESSAGE,
+    encode,
+    peer_allowed,
+    peer_uid,
+    pid_namespace,
+    socket_dir,
+    socket_name,
+)
 
 REQUEST_TIMEOUT_S = 5.0  # a request arrives whole within this, or its connection is closed
 MAX_CONNECTIONS = 16  # requests being handled at once; more get a `busy` reply
@@ -79,10 +88,11 @@ class AgentServer:
         self.dropped = 0  # connections closed before their request was whole
 
     def start(self) -> Path:
-        """Bind ``<socket dir>/<pid>.sock`` (0600) and start serving; raises on failure."""
+        """Bind ``<socket dir>/<pid>.sock`` (0600; ``<pid>-ns<inode>.sock`` in a container's
+        pid namespace) and start serving; raises on failure."""
         directory = socket_dir(create=True)
         pid = os.getpid()
-        final = directory / f"{pid}.sock"
+        final = directory / socket_name(pid, pid_namespace())
         staging = directory / f".{pid}.{threading.get_ident()}.tmp"
         for stale in (staging, final):
             try:

@@ -58,7 +58,7 @@ def _connect(pid: int, path: Path, owner: int) -> socket.socket | None:
             client._unlink_quietly(path)  # nobody listens: a dead process's socket
             sock.close()
             return None
-        client.check_peer(sock, pid, owner, path)
+        client.check_peer(sock, pid, owner, path, client.own_peers(pid))
         if sock.send(_REQUEST) != len(_REQUEST):
             raise BlockingIOError("request not taken whole")
         return sock

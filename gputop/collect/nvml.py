@@ -24,6 +24,7 @@ from typing import Any
 
 import pynvml
 
+from gputop.collect.mig import MigMixin, gpm_values
 from gputop.model import DriverInfo, GpuSample
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def device_count() -> tuple[int | None, str | None]:
             pass
 
 
-class NvmlCollector:
+class NvmlCollector(MigMixin):
     """Samples every GPU NVML reports (or those in ``only``) on each ``sample()`` call."""
 
     def __init__(self, only: list[int] | None = None) -> None:
@@ -189,6 +190,7 @@ class NvmlCollector:
                 if sample is not None:
                     self._quiet(pynvml.nvmlGpmSampleFree, sample)
             dev.gpm_prev = dev.gpm_spare = None
+            self.mig_close(dev)
         self._quiet(pynvml.nvmlShutdown)
         self._open = False
 
@@ -254,6 +256,7 @@ class NvmlCollector:
             )
             s["pcie_gen_max"] = self._get(dev, "pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
             s["pcie_width_max"] = self._get(dev, "pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
+            s["minor"] = self._get(dev, "minor", pynvml.nvmlDeviceGetMinorNumber)  # /dev/nvidiaN
         except _Lost:
             dev.lost = True
 
@@ -313,6 +316,7 @@ class NvmlCollector:
             return
         try:
             self._gpm(dev)
+            self.mig_sample(dev, GPM_METRICS)  # and each MIG GPU instance's (issue 29)
         except _Lost:
             dev.lost = True
 
@@ -370,24 +374,10 @@ class NvmlCollector:
         prev, dev.gpm_prev = dev.gpm_prev, sample
         if prev is None:
             return empty  # GPM metrics are rates between two samples: wait for the next tick
-        request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_METRICS)
-        request.sample1, request.sample2 = prev, sample
-        for i, metric_id in enumerate(GPM_METRICS.values()):
-            request.metrics[i].metricId = metric_id
-        result = dict(empty)
         try:
-            pynvml.nvmlGpmMetricsGet(request)
-            for i, name in enumerate(GPM_METRICS):
-                metric = request.metrics[i]
-                if metric.nvmlReturn == pynvml.NVML_SUCCESS:
-                    result[name] = round(metric.value, 2)
-        except pynvml.NVMLError:
-            pass
+            return gpm_values(prev, sample, GPM_METRICS)
         finally:
             dev.gpm_spare = prev
-        return result
 
     # -- a tick -------------------------------------------------------------------------------
 
@@ -454,7 +444,9 @@ class NvmlCollector:
         pstate = slow["pstate"]
         ecc, ecc_corrected = slow["ecc"], slow["ecc_corrected"]
         gpm = self._gpm(dev)
-        procs = self._processes(dev)
+        mig_mode, mig, mig_procs = self.mig_sample(dev, GPM_METRICS)
+        # With MIG on, the processes are read per MIG device (their GPU instance known).
+        procs = mig_procs if mig_mode else self._processes(dev)
         proc_util = self._process_utilization(dev)
         s = dev.static
         sample = GpuSample(
@@ -490,5 +482,12 @@ class NvmlCollector:
             sm_occupancy=gpm["sm_occupancy"],
             tensor_active=gpm["tensor_active"],
             dram_active=gpm["dram_active"],
+            mig_mode=mig_mode,
+            mig=mig,
         )
         return sample, procs, proc_util
+
+    def minor_numbers(self) -> dict[int, int]:
+        """GPU index -> the minor number of its device file (/dev/nvidia<minor>)."""
+        return {d.index: d.static["minor"] for d in self.devices
+                if isinstance(d.static.get("minor"), int)}

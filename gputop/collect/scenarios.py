@@ -8,8 +8,9 @@ matches what the GPU shows (see ``gputop/demo/standin.py``).
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 GIB = 1024**3
 MIB = 1024**2
@@ -55,6 +56,42 @@ OLD_DRIVER_MISSING = frozenset(
 )
 
 
+# -- MIG (issue 29) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigSlice:
+    """One MIG device of a simulated GPU (a GPU instance with one compute instance): its
+    profile, ids, memory, the behaviour of the work on it and the demo's stand-in for that
+    work (None: an empty instance). ``hide_process_memory``: the driver reports the memory of
+    its processes as NVML_VALUE_NOT_AVAILABLE (what a non-root user sees in MIG mode)."""
+
+    profile: str
+    gpu_instance: int
+    compute_instance: int
+    mem_total: int
+    kind: str
+    standin: str | None = "trainer"
+    hide_process_memory: bool = False
+
+
+# H100 80GB in MIG mode with seven 1g.10gb instances (profile 19): each has 1/7 of the SMs
+# and 1/8 of the memory (NVIDIA's MIG user guide, H100 profiles); the driver numbers the
+# GPU instances of this layout 7 to 13, each with compute instance 0.
+H100_1G_10GB = 81559 * MIB // 8
+H100_MIG_7X1G = (
+    MigSlice("1g.10gb", 7, 0, H100_1G_10GB, "healthy"),
+    MigSlice("1g.10gb", 8, 0, H100_1G_10GB, "memory-leak"),
+    MigSlice("1g.10gb", 9, 0, H100_1G_10GB, "healthy", hide_process_memory=True),
+    MigSlice("1g.10gb", 10, 0, H100_1G_10GB, "idle", standin="idle"),
+    MigSlice("1g.10gb", 11, 0, H100_1G_10GB, "idle", standin=None),
+    MigSlice("1g.10gb", 12, 0, H100_1G_10GB, "idle", standin=None),
+    MigSlice("1g.10gb", 13, 0, H100_1G_10GB, "idle", standin="idle"),
+)
+MIG_COMPUTE_SLICES = 7  # A100, H100 and H200 split their SMs into 7 compute slices
+EMPTY_INSTANCE_MEM = 13 * MIB  # what an instance without processes shows used
+
+
 @dataclass(frozen=True)
 class GpuBehaviour:
     """One simulated GPU: board, behaviour kind, faults, and the stand-in process it runs."""
@@ -66,6 +103,7 @@ class GpuBehaviour:
     lost_after: float | None = None
     unsupported: frozenset[str] = frozenset()
     extra_pids: int = 0  # processes NVML reports that the host cannot see (containers)
+    mig: tuple[MigSlice, ...] = ()  # MIG mode on, with these MIG devices (issue 29)
 
 
 @dataclass(frozen=True)
@@ -136,6 +174,11 @@ SCENARIOS: dict[str, Scenario] = {
             missing_symbols=OLD_DRIVER_MISSING,
         ),
         _scenario("no-driver", "no NVIDIA driver installed (NVML missing)", [], no_driver=True),
+        _scenario(
+            "mig",
+            "H100 in MIG mode: seven 1g.10gb instances, each with its own work",
+            [GpuBehaviour("healthy", H100, "trainer", mig=H100_MIG_7X1G)],
+        ),
         _scenario(
             "tour",
             "8 GPUs, a different problem on each",
@@ -210,6 +253,8 @@ def _noise(seed: int, gpu: int, t: float, channel: int) -> float:
 
 def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuReading:
     """The driver's readings for GPU ``index`` at ``t`` seconds into the run."""
+    if behaviour.mig:
+        return mig_parent_reading(behaviour, index, t, seed)
     m = behaviour.model
 
     def n(ch: int) -> float:
@@ -316,3 +361,53 @@ def sm_util_share(n_procs: int) -> list[float]:
     weights = [1.0 / (i + 1) for i in range(n_procs)]
     total = math.fsum(weights)
     return [w / total for w in weights]
+
+
+# -- MIG readings (issue 29) ------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def mig_slice_behaviour(behaviour: GpuBehaviour, slot: int) -> GpuBehaviour:
+    """The work on one MIG device, as a GPU of the instance's size."""
+    piece = behaviour.mig[slot]
+    model = replace(behaviour.model, name=f"{behaviour.model.name} MIG {piece.profile}",
+                    mem_total=piece.mem_total, mem_reserved=0)
+    return GpuBehaviour(piece.kind, model, piece.standin or "idle")
+
+
+def mig_slice_reading(behaviour: GpuBehaviour, index: int, slot: int, t: float,
+                      seed: int) -> GpuReading:
+    """What the work on MIG device ``slot`` of GPU ``index`` reads at ``t``; an instance
+    without work holds only the driver's few MiB."""
+    r = reading(mig_slice_behaviour(behaviour, slot), 1000 + 16 * index + slot, t, seed)
+    if behaviour.mig[slot].standin is None:
+        r = replace(r, util_gpu=0, util_mem=0, mem_used=EMPTY_INSTANCE_MEM, sm_active=0.0,
+                    sm_occupancy=0.0, tensor_active=0.0, dram_active=0.0)
+    return r
+
+
+def compute_slices(profile: str) -> int:
+    """"1g.10gb" -> 1: the compute slices (sevenths of the SMs) a profile has."""
+    head = profile.split("g.", 1)[0]
+    return int(head) if head.isdigit() else 1
+
+
+def mig_parent_reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuReading:
+    """The whole GPU in MIG mode: the memory of its instances added up, SM activity and power
+    from their work weighted by their share of the SMs; clocks and temperature as the GPU's
+    own behaviour has them."""
+    base = reading(replace(behaviour, mig=()), index, t, seed)
+    parts = [(compute_slices(piece.profile) / MIG_COMPUTE_SLICES,
+              mig_slice_reading(behaviour, index, slot, t, seed))
+             for slot, piece in enumerate(behaviour.mig)]
+    m = behaviour.model
+
+    def share(field: str) -> float:
+        return math.fsum(w * getattr(r, field) for w, r in parts)
+
+    busy = share("util_gpu") / 100.0
+    power = m.idle_power_w + (m.power_limit_w - m.idle_power_w) * busy * 0.85
+    return replace(base, util_gpu=round(share("util_gpu")), util_mem=round(share("util_mem")),
+                   mem_used=sum(r.mem_used for _, r in parts), power_w=power,
+                   sm_active=share("sm_active"), sm_occupancy=share("sm_occupancy"),
+                   tensor_active=share("tensor_active"), dram_active=share("dram_active"))

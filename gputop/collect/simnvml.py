@@ -26,6 +26,8 @@ import pynvml
 
 from gputop.collect import scenarios
 from gputop.collect.scenarios import GpuBehaviour, Scenario
+from gputop.collect.simmig import PROTOTYPES as MIG_PROTOTYPES
+from gputop.collect.simmig import SimulatedMig
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +74,10 @@ class SimProcess:
     def __init__(self, pid: int, mem_share: float) -> None:
         self.pid = pid
         self.mem_share = mem_share
+        self.slot = 0  # the MIG device it runs on, on a MIG-mode GPU
 
 
-class SimulatedNvml:
+class SimulatedNvml(SimulatedMig):
     """The state of one simulated driver: scenario, clock, and the pids on each GPU."""
 
     def __init__(
@@ -115,7 +118,8 @@ class SimulatedNvml:
         with self._lock:
             keep = [p for p in self.processes.get(index, []) if p.pid >= _pid_max()]
             shares = scenarios.sm_util_share(len(pids))
-            self.processes[index] = [SimProcess(pid, s) for pid, s in zip(pids, shares)] + keep
+            placed = [SimProcess(pid, s) for pid, s in zip(pids, shares)]
+            self.processes[index] = self.mig_place(index, placed) + keep
 
     def _gpu(self, handle: int | None) -> tuple[int, GpuBehaviour] | int:
         """The GPU of a handle, or an NVML error code for a bad or lost one."""
@@ -384,19 +388,9 @@ class SimulatedNvml:
         index, gpu, r = got
         with self._lock:
             procs = list(self.processes.get(index, []))
-        capacity = cast(count_ptr, POINTER(c_uint))[0]
-        _put(count_ptr, c_uint, len(procs))
-        if not procs:
-            return SUCCESS
-        if not array or capacity < len(procs):
-            return INSUFFICIENT_SIZE
-        infos = cast(array, POINTER(pynvml.c_nvmlProcessInfo_v2_t))
-        for i, proc in enumerate(procs):
-            infos[i].pid = proc.pid
-            infos[i].usedGpuMemory = int(r.mem_used * proc.mem_share)
-            infos[i].gpuInstanceId = 0xFFFFFFFF
-            infos[i].computeInstanceId = 0xFFFFFFFF
-        return SUCCESS
+        # No MIG: the instance ids are NVML's "not set" (0xFFFFFFFF).
+        rows = [(p.pid, int(r.mem_used * p.mem_share), 0xFFFFFFFF, 0xFFFFFFFF) for p in procs]
+        return self._fill_processes(count_ptr, array, rows)
 
     nvmlDeviceGetComputeRunningProcesses_v3 = _running_processes
     nvmlDeviceGetComputeRunningProcesses_v2 = _running_processes
@@ -466,7 +460,9 @@ class SimulatedNvml:
         if first is None or second is None or first[0] < 0 or first[0] != second[0]:
             return INVALID_ARGUMENT
         index = first[0]
-        r = scenarios.reading(self.scenario.gpus[index], index, second[1], self.seed)
+        r = self.gpm_reading(s1, s2, index, second[1])  # the GPU's, or a MIG device's
+        if r is None:
+            return INVALID_ARGUMENT
         values = {
             pynvml.NVML_GPM_METRIC_SM_UTIL: r.sm_active,
             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: r.sm_occupancy,
@@ -526,6 +522,7 @@ PROTOTYPES: dict[str, tuple] = {
     "nvmlGpmSampleFree": (c_int, _P),
     "nvmlGpmSampleGet": (c_int, _P, _P),
     "nvmlGpmMetricsGet": (c_int, _P),
+    **MIG_PROTOTYPES,  # MIG calls (collect/simmig.py)
 }
 
 
@@ -542,7 +539,7 @@ def _export(sim: SimulatedNvml, name: str, restype) -> Callable:
         if fault is not None:
             return fault
         try:
-            return method(*args)
+            return (sim.route(name, args) or method)(*args)  # MIG answers some calls
         except Exception:  # never raise through the C boundary
             log.exception("simulated %s failed", name)
             return 0 if restype is c_void_p else UNKNOWN

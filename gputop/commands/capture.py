@@ -170,7 +170,7 @@ def _capture(pid: int, message: dict[str, Any], show_progress: bool) -> dict[str
         with AgentConnection(pid, timeout=5.0) as conn, _Progress(pid, show_progress):
             conn.send(message)
             return checked_trace_reply(check_reply(conn.receive(wait), pid), pid,
-                                       conn.peer_uid)
+                                       conn.peer_uid, conn.root)
     except AgentError as exc:
         if exc.code == "exited":
             raise UsageError(f"process {pid} exited during the capture", exit_code=1) from None

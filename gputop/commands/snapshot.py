@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gputop.format import bytes_h, mbs_h, num, pct, safe_text, truncate
 
 if TYPE_CHECKING:
-    from gputop.model import ProcSample, Snapshot
+    from gputop.model import GpuSample, ProcSample, Snapshot
 
 NO_DRIVER_HINT = "try `gputop --demo tour snapshot` to see gputop on simulated GPUs"
 
@@ -82,25 +82,49 @@ def agent_line(a: dict) -> str:
 
 
 def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
+    from gputop.process_info import per_process, tags
+
     gpu_col = "-" if gpu is None else str(gpu)
     cmd = safe_text(proc.cmdline or proc.name)  # another user's command may carry escapes
-    if not proc.visible:
+    if not proc.visible and not proc.cmdline:
         cmd = safe_text(proc.name)
+    where = tags(proc)  # MIG device, the other pid, container / pod / Slurm job
     line = (
         f"  {gpu_col:>3} {proc.pid:>7} {truncate(proc.user or '?', 8):<8} "
-        f"{bytes_h(proc.gpu_mem):>7} {pct(proc.sm_util):>5} {pct(proc.cpu_percent):>6} "
+        f"{per_process(proc, proc.gpu_mem, bytes_h):>9} "
+        f"{per_process(proc, proc.sm_util, pct):>9} {pct(proc.cpu_percent):>6} "
         f"{bytes_h(proc.rss):>7} {truncate(proc.state or '-', 8):<8} "
     )
     lines = [line + truncate(cmd, max(10, width - len(line)))]
+    if where:
+        lines.append(f"{'':>13}{where}")
+    if proc.hidden:
+        lines.append(f"{'':>13}{safe_text(proc.hidden)}")
     if proc.agent:
         lines.append(f"{'':>13}agent: {agent_line(proc.agent)}")
     for i, w in enumerate(proc.workers):
         branch = "└─" if i == len(proc.workers) - 1 else "├─"
         lines.append(
-            f"  {'':>3} {w.pid:>7} {'':<8} {'':>7} {'':>5} {pct(w.cpu_percent):>6} "
+            f"  {'':>3} {w.pid:>7} {'':<8} {'':>9} {'':>9} {pct(w.cpu_percent):>6} "
             f"{bytes_h(w.rss):>7} {truncate(w.state, 8):<8} {branch} {safe_text(w.name)} (worker)"
         )
     return lines
+
+
+def _mig_lines(g: GpuSample) -> list[str]:
+    """A MIG-enabled GPU's MIG devices, one line each. NVML gives no utilization for them;
+    SM activity comes from GPM where the GPU has it, else n/a (never 0)."""
+    if not g.mig_mode:
+        return []
+    out = [f"     MIG on: {len(g.mig)} MIG devices (no NVML utilization per device; SM activity "
+           f"from GPM)"]
+    for m in g.mig:
+        mem = f"{bytes_h(m.mem_used, 'G')}/{bytes_h(m.mem_total, 'G')}"
+        pids = ",".join(map(str, m.pids)) or "-"
+        out.append(f"     GI {m.gpu_instance:>2} CI {m.compute_instance if m.compute_instance is not None else '?':>1} "
+                   f"{truncate(m.profile or '?', 10):<10} mem {mem:>11}  SM act "
+                   f"{pct(m.sm_active):>5}  tensor {pct(m.tensor_active):>5}  pids {pids}")
+    return out
 
 
 def format_snapshot(snap: Snapshot, width: int = 120) -> str:
@@ -141,12 +165,13 @@ def format_snapshot(snap: Snapshot, width: int = 120) -> str:
             f"[{g.index}]  {truncate(g.name or '?', 24):<24} {pct(g.util_gpu):>5} {mem:>13} "
             f"{power:>11} {num(g.temperature_c, 0, 'C'):>5} {clock:>11} {pcie:>13}  {events}"
         )
+        out.extend(_mig_lines(g))
     procs = [(g.index, p) for g in snap.gpus for p in g.processes]
     procs += [(None, p) for p in snap.other_processes]
     if procs:
         out.append("")
         out.append(
-            f"  {'GPU':>3} {'PID':>7} {'USER':<8} {'GPU MEM':>7} {'SM':>5} {'CPU':>6} "
+            f"  {'GPU':>3} {'PID':>7} {'USER':<8} {'GPU MEM':>9} {'SM':>9} {'CPU':>6} "
             f"{'RSS':>7} {'STATE':<8} COMMAND"
         )
         for gpu, proc in procs:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if fleet_requested(args):  # --hosts and the like: the findings of every node
         return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.
-    from gputop.diagnostics.live import LiveDiagnosis
+    from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
     from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:

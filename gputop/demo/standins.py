@@ -29,43 +29,58 @@ def standin_command(scenario: Scenario, index: int, parent: int) -> list[str]:
             "--workers", str(gpu.workers), "--parent", str(parent)]
 
 
+def _launch(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C in gputop's terminal is not theirs
+    )
+
+
 class StandIns:
     """The real processes behind a scenario's GPUs. Use as a context manager."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.procs: dict[int, subprocess.Popen] = {}
+        self.mig_procs: dict[int, list[subprocess.Popen]] = {}  # per MIG device, in order
 
     def start(self, skip: Collection[int] = ()) -> dict[int, list[int]]:
         """Launch one stand-in per GPU (but those in ``skip``); return {gpu index: [pid]}."""
         me = os.getpid()
-        for index in range(len(self.scenario.gpus)):
+        for index, gpu in enumerate(self.scenario.gpus):
             if index in skip:
                 continue  # a real process of the user's stands there (GPUTOP_DEMO_PIDS)
-            self.procs[index] = subprocess.Popen(
-                standin_command(self.scenario, index, me),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # a Ctrl-C in gputop's terminal is not theirs
-            )
-        return {i: [p.pid] for i, p in self.procs.items()}
+            if gpu.mig:  # MIG: a stand-in per MIG device that runs work
+                self.mig_procs[index] = [
+                    _launch([sys.executable, "-m", "gputop.demo.standin", piece.standin,
+                             "--parent", str(me)])
+                    for piece in gpu.mig if piece.standin is not None]
+                continue
+            self.procs[index] = _launch(standin_command(self.scenario, index, me))
+        pids = {i: [p.pid] for i, p in self.procs.items()}
+        pids.update({i: [p.pid for p in procs] for i, procs in self.mig_procs.items()})
+        return pids
 
     def stop(self, timeout: float = 2.0) -> None:
-        for proc in self.procs.values():
+        every = [*self.procs.values(), *(p for ps in self.mig_procs.values() for p in ps)]
+        for proc in every:
             if proc.poll() is None:
                 try:
                     proc.send_signal(signal.SIGTERM)
                 except OSError:
                     pass
         deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
+        for proc in every:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+        self.mig_procs.clear()
 
     def __enter__(self) -> StandIns:
         return self

@@ -56,6 +56,8 @@ class Finding:
     # The distributed job and rank it concerns (live findings on a rank's process or GPU).
     job: str | None = None
     rank: int | None = None
+    # MIG: the GPU instance of ``gpu`` it is about (a live rule judged that MIG device).
+    gpu_instance: int | None = None
 
     def __post_init__(self) -> None:
         # Catch typos at the source: a misspelt id or severity would silently break the UI.
@@ -83,11 +85,15 @@ class Finding:
         if self.job is not None:
             out["job"] = self.job
             out["rank"] = self.rank
+        if self.gpu_instance is not None:
+            out["gpu_instance"] = self.gpu_instance
         return out
 
 
 def finding_key(f: Finding) -> tuple:
     """What names one finding across ticks: its id and what it is about."""
+    if f.gpu_instance is not None:  # a MIG device (a key of four only then)
+        return (f.id, f.gpu, f.pid, f.gpu_instance)
     return (f.id, f.gpu, f.pid)
 
 

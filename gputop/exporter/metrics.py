@@ -6,6 +6,11 @@ its label names for a GPU (``gpu``, ``UUID``, ``modelName``), so a dcgm-exporter
 moves over by renaming the metric; `GPU_METRICS` lists the dcgm-exporter and nvitop-exporter
 counterpart of each (the README prints it as a table). Labels never hold a pid, a command line
 or any free text: a series per GPU, per training job (by GPU and rank) and per finding id.
+
+As dcgm-exporter does, a MIG device has series of its own with ``GPU_I_ID`` and
+``GPU_I_PROFILE`` (empty on whole GPUs), and a GPU (or MIG device) whose processes all belong
+to one workload carries its ``pod``, ``namespace``, ``container`` and ``hpc_job`` (Slurm);
+empty labels are absent for Prometheus, so a plain GPU's series are named as before.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from prometheus_client.core import (
 )
 
 from gputop.diagnostics.findings import SEVERITY_RANK
-from gputop.model import GpuSample, HostSample, ProcSample, Snapshot
+from gputop.mig_view import instance_gpu, instance_processes
+from gputop.model import GpuSample, HostSample, MigSample, ProcSample, Snapshot
+from gputop.process_info import OWNER_LABELS, label_values
 
 MIB = 1024**2
-GPU_LABELS = ["gpu", "UUID", "modelName"]
+GPU_LABELS = ["gpu", "UUID", "modelName", "GPU_I_ID", "GPU_I_PROFILE", *OWNER_LABELS]
 # NVML's clock-event ("throttle") reason bits, as gputop.collect.nvml names them.
 CLOCK_EVENT_BITS = {
     "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
@@ -140,12 +147,14 @@ class FindingClock:
     """Which findings are active and for how long they have been, per (id, GPU): what the
     finding series export. Severity is the worst of the findings with that id on that GPU."""
 
-    entries: dict[tuple[str, str], _FindingEntry] = field(default_factory=dict)
+    entries: dict[tuple[str, str, str], _FindingEntry] = field(default_factory=dict)
 
     def update(self, findings: Iterable, elapsed: float) -> None:
-        current: dict[tuple[str, str], str] = {}
+        current: dict[tuple[str, str, str], str] = {}
         for f in findings:
-            key = (f.id, "" if f.gpu is None else str(f.gpu))
+            instance = getattr(f, "gpu_instance", None)  # a MIG device of that GPU
+            key = (f.id, "" if f.gpu is None else str(f.gpu),
+                   "" if instance is None else str(instance))
             old = current.get(key)
             if old is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[old]:
                 current[key] = f.severity
@@ -159,29 +168,51 @@ class FindingClock:
     def families(self) -> list[Metric]:
         active = GaugeMetricFamily(
             "gputop_finding_active",
-            "1 while a live finding is raised (id: the finding, gpu: its GPU or empty)",
-            labels=["id", "severity", "gpu"])
+            "1 while a live finding is raised (id: the finding, gpu: its GPU or empty, "
+            "GPU_I_ID: its MIG device or empty)",
+            labels=["id", "severity", "gpu", "GPU_I_ID"])
         seconds = CounterMetricFamily(
             "gputop_finding_active_seconds",
             "Seconds the finding has been active since the exporter started",
-            labels=["id", "gpu"])
-        for (finding_id, gpu), entry in sorted(self.entries.items()):
-            active.add_metric([finding_id, entry.severity, gpu], 1.0 if entry.active else 0.0)
-            seconds.add_metric([finding_id, gpu], round(entry.seconds, 3))
+            labels=["id", "gpu", "GPU_I_ID"])
+        for (finding_id, gpu, instance), entry in sorted(self.entries.items()):
+            active.add_metric([finding_id, entry.severity, gpu, instance],
+                              1.0 if entry.active else 0.0)
+            seconds.add_metric([finding_id, gpu, instance], round(entry.seconds, 3))
         return [active, seconds]
+
+
+# What a MIG device has series of: its own memory, GPM activity and processes (NVML reports
+# no utilization for it; power, clocks and temperature are the board's).
+MIG_METRICS = frozenset({
+    "gputop_gpu_memory_used_mib", "gputop_gpu_memory_free_mib", "gputop_gpu_memory_total_mib",
+    "gputop_gpu_sm_active_ratio", "gputop_gpu_sm_occupancy_ratio",
+    "gputop_gpu_tensor_active_ratio", "gputop_gpu_dram_active_ratio", "gputop_gpu_processes",
+})
+
+
+def _devices(snap: Snapshot) -> list[tuple[GpuSample, list[str], bool]]:
+    """(the GPU or a MIG device as a GpuSample, its labels, whether a MIG device)."""
+    out = []
+    for g in snap.gpus:
+        out.append((g, _gpu_labels(g), False))
+        if g.mig_mode and not g.lost:
+            out.extend((instance_gpu(g, m), _gpu_labels(g, m), True) for m in g.mig)
+    return out
 
 
 def gpu_families(snap: Snapshot) -> list[Metric]:
     families = []
+    devices = _devices(snap)
     for metric in GPU_METRICS:
         cls = CounterMetricFamily if metric.counter else GaugeMetricFamily
         family = cls(metric.name, metric.help, labels=GPU_LABELS)
-        for g in snap.gpus:
-            if g.lost:
+        for g, labels, mig in devices:
+            if g.lost or (mig and metric.name not in MIG_METRICS):
                 continue
             value = metric.value(g)
             if value is not None:
-                family.add_metric(_gpu_labels(g), float(value))
+                family.add_metric(labels, float(value))
         families.append(family)
     lost = GaugeMetricFamily("gputop_gpu_lost", "1 when the GPU fell off the bus (XID 79)",
                              labels=GPU_LABELS)
@@ -191,8 +222,21 @@ def gpu_families(snap: Snapshot) -> list[Metric]:
     return families
 
 
-def _gpu_labels(g: GpuSample) -> list[str]:
-    return [str(g.index), g.uuid or "", g.name or ""]
+def _workload(procs: tuple[ProcSample, ...]) -> list[str]:
+    """The owner labels of the processes when they all belong to one workload, else empty."""
+    owners = {tuple(label_values(p.owner).values()) for p in procs}
+    if len(owners) == 1:
+        return list(owners.pop())
+    return [""] * len(OWNER_LABELS)
+
+
+def _gpu_labels(g: GpuSample, m: MigSample | None = None) -> list[str]:
+    base = [str(g.index), g.uuid or "", g.name or ""]
+    if m is not None:
+        return [*base, str(m.gpu_instance), m.profile or "",
+                *_workload(instance_processes(g, m))]
+    # A MIG-mode GPU's processes are its MIG devices' workloads, not the board's.
+    return [*base, "", "", *_workload(() if g.mig_mode else g.processes)]
 
 
 def host_families(host: HostSample) -> list[Metric]:

@@ -52,6 +52,8 @@ GPU_EXTRA_COLUMNS = ("sm_occupancy", "dram_active", "pcie_gen", "pcie_width", "p
 COMMAND_CHARS = 300  # a command line is kept this long: enough to name a job, bounded per row
 AGENT_COLUMNS = ("steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
                  "dataloader_wait_share")
+OWNER_COLUMNS = ("runtime", "container_id", "pod_uid", "pod", "namespace", "container",
+                 "slurm_job")
 
 
 class RecordingError(Exception):
@@ -131,8 +133,17 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
         for name in AGENT_COLUMNS:
             value = agent.get(name)
             row[name] = None if value is None else float(value)
+        row.update(_placement(p))
         rows.append(row)
     return rows
+
+
+def _placement(p) -> dict[str, Any]:
+    """Where the process runs (issue 29): its MIG device, its other pid, its container, pod
+    and Slurm job (None where unknown; columns absent from older recordings)."""
+    owner = p.owner
+    return {"gpu_instance": p.gpu_instance, "ns_pid": p.ns_pid, "host_pid": p.host_pid,
+            **{key: getattr(owner, key, None) for key in OWNER_COLUMNS}}
 
 
 def host_row(snap: Snapshot) -> dict[str, Any]:

@@ -639,8 +639,8 @@ class GputopApp(App[int]):
         """Off the event loop: listing agents reads a socket directory."""
         from gputop.agent import client
 
-        try:
-            has_agent = pid in client.list_agents()
+        try:  # also in a container, from the host, or in a namespace beside ours
+            has_agent = pid in client.list_agents() or client.find_agent(pid) is not None
         except Exception:  # an unreadable socket directory: no agent we can reach
             has_agent = False
         if has_agent:

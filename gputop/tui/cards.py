@@ -145,6 +145,18 @@ def card_body(gpu: GpuSample, rows: Mapping[str, Sequence[str]], inner: int,
     """The lines inside a card's border: ``inner`` cells wide (a space of padding first),
     ``height`` lines; ``rows[field]`` are the chart rows of each field."""
     content = inner - 1
+    if gpu.mig_mode and gpu.mig and not gpu.lost:  # MIG: its devices instead of the charts
+        from gputop.tui.mig_cards import mig_card_body
+
+        head = []
+        for field in ("mem_used", "power_w"):
+            text, frac = gauge_head(gpu, field)
+            head.append(fit([(" ", None), (text.ljust(GAUGE_WIDTH), None), (" ", None),
+                             (bar(frac, max(1, content - GAUGE_WIDTH - 1)), level_style(frac))],
+                            inner))
+        tail = [fit([(" ", None), *info_pieces(gpu, content)], inner),
+                fit([(" ", None), *status_pieces(gpu, content)], inner)]
+        return mig_card_body(gpu, head, tail, inner, height, fit)
     chart_width = max(1, content - GAUGE_WIDTH - 1)
     block, extra = divmod(max(0, height - 2), len(CHART_FIELDS))
     lines: list[Line] = []

@@ -21,7 +21,7 @@ from gputop.model import Snapshot
 if TYPE_CHECKING:
     import numpy as np
 
-    from gputop.diagnostics.live import LiveDiagnosis
+    from gputop.diagnostics.mig_live import LiveDiagnosis
     from gputop.history import History
     from gputop.stacks.where import WhereFinder
 
@@ -174,7 +174,7 @@ class Feed:
                     from gputop.history import History
 
                     if self.diagnose:
-                        from gputop.diagnostics.live import LiveDiagnosis
+                        from gputop.diagnostics.mig_live import LiveDiagnosis
 
                         self.diagnosis = LiveDiagnosis()
                     if self._make_where is not None and self.where is None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gputop.format import bytes_h, pct, safe_text
 from gputop.job_groups import JobView, jobs_in
 from gputop.model import ProcSample, Snapshot, WorkerSample
+from gputop.process_info import per_process, tags
 from gputop.tui.severity import SEVERITY_MARK
 
 # Sort keys cycled with `s`, in order: (name shown in the column header, column key).
@@ -57,9 +58,10 @@ class Group:
 
 
 def short_command(proc: ProcSample) -> str:
-    """The command as drawn: another user's command line may carry terminal escapes."""
-    if not proc.visible:
-        return safe_text(proc.name)
+    """The command as drawn: another user's command line may carry terminal escapes. A
+    process this namespace cannot see shows why (one line), or its agent's command line."""
+    if not proc.visible and not proc.cmdline:
+        return safe_text(proc.hidden or proc.name)
     cmd = proc.cmdline or proc.name
     first, _, rest = cmd.partition(" ")
     if "/" in first:
@@ -104,16 +106,17 @@ def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
     total_mem = p.gpu_mem
     # A finding about the process puts its glyph before the command (no colour needed).
     mark = f"{SEVERITY_MARK.get(severity, '•')} " if severity else ""
+    where = tags(p)  # MIG device, the other pid, container / pod / Slurm job
     return {
         "gpu": _gpu_text(group.gpus),
         "pid": str(p.pid),
         "user": (p.user or "?")[:8],
-        "gpu_mem": bytes_h(total_mem),
-        "sm": pct(p.sm_util),
+        "gpu_mem": per_process(p, total_mem, bytes_h),
+        "sm": per_process(p, p.sm_util, pct),
         "cpu": pct(p.cpu_percent),
         "rss": bytes_h(p.rss),
         "state": (p.state or "-")[:8],
-        "command": mark + short_command(p) + _agent_text(p),
+        "command": mark + short_command(p) + (f"  [{where}]" if where else "") + _agent_text(p),
     }
 
 
@@ -192,7 +195,7 @@ def _sort_value(key: str, descending: bool, gpus: tuple[int, ...], pid: int, gpu
 
 def _matches(group: Group, needle: str) -> bool:
     p = group.proc
-    hay = [str(p.pid), p.name, p.cmdline, p.user or "", _gpu_text(group.gpus)]
+    hay = [str(p.pid), p.name, p.cmdline, p.user or "", _gpu_text(group.gpus), tags(p)]
     hay += [f"{w.pid} {w.name}" for w in p.workers]
     return any(needle in h.lower() for h in hay)
 

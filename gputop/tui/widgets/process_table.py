@@ -31,6 +31,9 @@ CURSOR_MARK = "›"
 VALUES_PERIOD = 1.9  # seconds of snapshot time between redraws of numbers alone
 COMMAND_MIN = 12
 FIXED_WIDTH = sum((w or 0) + 1 for _, _, w, _ in COLUMNS)  # every column but the command
+WIDTHS = {key: w for key, _, w, _ in COLUMNS}
+WIDENED = ("gpu_mem", "sm")  # number columns that may say "n/a (MIG)"
+WIDEST = 9
 
 
 class Cell:
@@ -113,6 +116,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         self._header: Strip | None = None
         self._styles: tuple[Style, Style, Style] | None = None
         self._widths: list[int] = []
+        self._need: dict[str, int] = {}  # GPU MEM and SM widened for "n/a (MIG)"
 
     # -- what DataTable offered, for the app and the tests ---------------------------------
 
@@ -220,6 +224,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
             return
         rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
                           self.marks)
+        self._fit_values(rows)
         self._structure = _structure(self.snapshot)
         selected = self.selected_row()
         order = [r.key for r in rows]
@@ -241,10 +246,19 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
 
     # -- drawing ----------------------------------------------------------------------------
 
+    def _fit_values(self, rows: list[Row]) -> None:
+        """Widen GPU MEM and SM while a row says "n/a (MIG)" (and narrow them again)."""
+        need = {key: min(WIDEST, max((len(r.cells.get(key, "")) for r in rows), default=0))
+                for key in WIDENED}
+        if need != self._need:
+            self._need = need
+            self._layout()
+
     def _layout(self) -> None:
         width = self.scrollable_content_region.width or self.size.width
-        command = max(COMMAND_MIN, width - FIXED_WIDTH)
-        widths = [(w + 1) if w else command for _, _, w, _ in COLUMNS]
+        extra = {key: max(0, n - WIDTHS[key]) for key, n in self._need.items()}
+        command = max(COMMAND_MIN, width - FIXED_WIDTH - sum(extra.values()))
+        widths = [(w + extra.get(key, 0) + 1) if w else command for key, _, w, _ in COLUMNS]
         if widths != self._widths:
             self._widths = widths
             self._texts, self._strips, self._header = {}, {}, None

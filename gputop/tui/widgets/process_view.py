@@ -13,6 +13,7 @@ from textual.screen import Screen
 
 from gputop.format import bytes_h, pct, safe_text
 from gputop.model import ProcSample, Snapshot
+from gputop.process_info import tags
 from gputop.tui.frames import WINDOW_NAMES, Frame
 from gputop.tui.rows import groups, short_command
 from gputop.tui.widgets.chart import BrailleChart
@@ -76,6 +77,9 @@ class ProcessScreen(Screen[None]):
             gpu_text = ",".join(map(str, gpus)) or "-"
             title.append(f"  {proc.user or '?'}  GPU {gpu_text}  {proc.state or '-'}  ")
             title.append(short_command(proc))
+            where = tags(proc)  # MIG device, the other pid, container / pod / Slurm job
+            if where:
+                title.append(f"  [{where}]", style="dim")
         self.title_line.set_text(title)
         series = frame.process
         if series is None or series.pid != self.pid:
