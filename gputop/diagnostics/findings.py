@@ -33,6 +33,8 @@ CATALOGUE: dict[str, str] = {
     "imbalance": "GPUs of one job do unequal work (a straggler)",
     "hardware-errors": "XID / ECC / remapped-row events",
     "cold-start": "the trace is start-up (context, first allocations, autotune, compile)",
+    # Beyond DESIGN.md's table (docs/ARCHITECTURE.md, departures): a trace-only cause.
+    "copy-bound": "host-device copies bound the step (the link, not compute, sets its pace)",
 }
 
 

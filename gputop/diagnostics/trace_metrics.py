@@ -24,6 +24,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from gputop.diagnostics.trace_busy import busy_breakdown
 from gputop.diagnostics.trace_gaps import (
     BUSY_ROLES,
     CPU_DEVICE,
@@ -58,6 +59,7 @@ from gputop.diagnostics.trace_kernels import (
     SYNC_APIS,
     is_blocking_copy_api,
 )
+from gputop.diagnostics.trace_links import host_link
 from gputop.diagnostics.trace_load import Event, TraceData
 from gputop.diagnostics.trace_stats import kernel_stats, memory, pct, r3, walk_host_ops
 from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync
@@ -202,6 +204,9 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     m.details["collectives"] = [(a.ts, a.end, a.stream) for a in acts
                                 if a.kind == "comm" and w0 <= a.ts < w1]
     _step_breakdown(m, att, primary)
+    moves = [a for a in gacts if a.kind == "memcpy" or a.kind == "memset"]
+    m.values["busy"] = busy_breakdown(att, moves, slots, primary, m.step_total_ms, gpu_present,
+                                      host_link(_device_name(data, primary)))
 
     slots_total = total(slots)
     gpu_busy_r = (att.busy[att.devices[0]] if len(att.devices) == 1
@@ -218,7 +223,8 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     m.values["idle_attribution"] = _idle_attribution(m)
     ops = _host_ops(data)
     _dataloader(m, ops["dataloader-next"], slots)
-    _sync(m, ops["item"], states, runtime_prog, slots, prof_sync)
+    _sync(m, ops["item"], states, runtime_prog, slots, prof_sync,
+          _last_submission(launches, device_end_by_corr, main_tid, w1))
     _copies(m, gacts, runtime_prog, slots, att)
     _communication(m, att, slots, data, ops["collective"], acts)
     launch_calls = sum(
@@ -265,6 +271,15 @@ def _vendor(data: TraceData, runtime_sorted: list[Event], gpu_present: bool) -> 
     if any(rt.name.startswith("hip") for rt in runtime_sorted[:100]):
         vendor = "amd"
     return vendor if (gpu_present or data.devices) else None
+
+
+def _device_name(data: TraceData, primary: list[int]) -> str | None:
+    """The name of the (first) device the program drives, from deviceProperties."""
+    by_index = {d.index: d.name for d in data.devices}
+    for dev in primary:
+        if by_index.get(dev):
+            return by_index[dev]
+    return data.devices[0].name if data.devices else None
 
 
 def _describe(m: TraceMetrics, data: TraceData, win) -> None:
@@ -383,7 +398,19 @@ def _dataloader(m: TraceMetrics, fetches: list[Event], slots: Ranges) -> None:
     }
 
 
-def _sync(m, item_ops, states, runtime_prog, slots, prof_sync) -> None:
+def _last_submission(launches: dict[int, Launch], device_end_by_corr: dict[int, float],
+                     tid: object, before: float) -> float:
+    """When ``tid`` last called the runtime for device work (a launch or copy whose activity
+    the trace has), before ``before``."""
+    last = float("-inf")
+    for corr, launch in launches.items():
+        if launch.tid == tid and launch.ts < before and launch.ts > last and (
+                corr in device_end_by_corr):
+            last = launch.ts
+    return last
+
+
+def _sync(m, item_ops, states, runtime_prog, slots, prof_sync, last_submission: float) -> None:
     w0, w1 = m.window
     blocked = merge(r for st in states.values() for r in st.painted.get("sync", []))
     blocked_ms = total(intersect(blocked, slots)) / 1e3
@@ -398,7 +425,10 @@ def _sync(m, item_ops, states, runtime_prog, slots, prof_sync) -> None:
     items = [ev for ev in item_ops if ev.name == "aten::item" and w0 <= ev.ts < w1]
     # The training thread blocked in device-to-host reads (Nsight Systems' cuda_memcpy_sync).
     main = states.get(m.attribution.main_tid) if m.attribution else None
-    reads_ms = total(intersect(main.reads, slots)) / 1e3 if main is not None else 0.0
+    # A read after which the thread submits no more device work blocks nothing (a final
+    # .cpu() of the output while the GPU finishes): the pipeline has nothing left to run ahead.
+    reads = [r for r in main.reads if r[1] <= last_submission] if main is not None else []
+    reads_ms = total(intersect(reads, slots)) / 1e3
     m.values["sync"] = {
         "host_blocked_ms": r3(blocked_ms),
         "host_blocked_pct": pct(blocked_ms, m.step_total_ms * max(1, n_threads_blocked)),

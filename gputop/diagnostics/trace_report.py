@@ -9,6 +9,7 @@ import textwrap
 
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.trace import TraceAnalysis
+from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
@@ -88,6 +89,26 @@ def _headline(a: TraceAnalysis) -> str:
     return " · ".join(parts)
 
 
+def _busy_lines(m: dict, width: int) -> list[str]:
+    """What the GPU's busy time was: each class with its share of the window, copies with
+    their bytes and rate (against the host link for host-device copies)."""
+    busy = m.get("busy")
+    if not busy or not m["trace"]["gpu_activity"]:
+        return []
+    parts = []
+    for cls, row in sorted(busy["classes"].items(), key=lambda kv: -kv[1]["ms"]):
+        if row["ms"] <= 0:
+            continue
+        if "gb_per_s" in row and row.get("bytes"):
+            text = copy_text(cls, row, busy["link"])
+        else:
+            text = f"{CLASS_LABELS[cls]} {ms_h(row['ms'])}"
+        parts.append(f"{text} ({row['pct']:.1f}%)")
+    if not parts:
+        return []
+    return _wrap("GPU busy time: " + "; ".join(parts), width, "  ", "    ")
+
+
 def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     width = max(60, width)
     a, m = analysis, analysis.metrics
@@ -116,6 +137,8 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     if named:
         lines += _wrap("Idle, by what the launching thread was doing: " + "; ".join(named[:4]),
                        width, "  ", "    ")
+
+    lines += _busy_lines(m, width)
 
     lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
     for i, f in enumerate(a.findings, 1):
