@@ -65,6 +65,8 @@ class EventArgs(msgspec.Struct, gc=False):
     # python_function frames: their own id and their caller's (the frame tree of with_stack).
     python_id: int | float | str | None = msgspec.field(default=None, name="Python id")
     python_parent_id: int | float | str | None = msgspec.field(default=None, name="Python parent id")
+    # cuda_sync "Stream Wait Event" records: the stream whose event the stream waits on.
+    wait_on_stream: int | str | None = None
 
 
 class Event(msgspec.Struct, gc=False):

@@ -34,6 +34,7 @@ from gputop.diagnostics.trace_gaps import (
     Activity,
     Attribution,
     Launch,
+    as_int,
     attribute,
     cpu_activities,
     events_by_corr,
@@ -61,6 +62,7 @@ from gputop.diagnostics.trace_kernels import (
 )
 from gputop.diagnostics.trace_links import host_link
 from gputop.diagnostics.trace_load import Event, TraceData
+from gputop.diagnostics.trace_queued import Queued, queued_inputs, waits_for
 from gputop.diagnostics.trace_stats import kernel_stats, memory, pct, r3, walk_host_ops
 from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync
 
@@ -176,7 +178,8 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     )
     main_tid = main_thread(data, launches_by_tid)
     att = attribute(acts, launches, states, slots, main_tid, has_host,
-                    wake_us=0.0 if gpu_present else CPU_WAKE_US)
+                    wake_us=0.0 if gpu_present else CPU_WAKE_US,
+                    queued=_queued_inputs(data, runtime_prog) if gpu_present else None)
 
     m = TraceMetrics(
         path=data.path,
@@ -248,6 +251,23 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     m.ranges["host_collectives"] = intersect(merge(_span(ev) for ev in ops["collective"]), slots)
     _assessment(m, data, has_dataloader=bool(ops["dataloader-next"] or ops["dataloader"]))
     return m
+
+
+def _queued_inputs(data: TraceData, runtime_prog: list[Event]) -> Queued:
+    """What names the dependencies of queued work: CUPTI's Stream Wait Event records, the
+    threads' cudaStreamWaitEvent calls, and which launches were CUDA graph launches."""
+    waits = []
+    for ev in data.gpu_syncs:
+        args = ev.args
+        if ev.name == "Stream Wait Event" and args is not None:
+            waits.append((as_int(args.device if args.device is not None else ev.pid),
+                           as_int(args.stream if args.stream is not None else ev.tid), ev.ts,
+                           as_int(args.wait_on_stream) if args.wait_on_stream is not None
+                           else None))
+    graphs = frozenset(rt.args.correlation for rt in runtime_prog
+                       if rt.name in GRAPH_LAUNCH_APIS and rt.args is not None
+                       and isinstance(rt.args.correlation, int))
+    return queued_inputs(waits, runtime_prog, graphs)
 
 
 def _host_ops(data: TraceData) -> dict[str, list[Event]]:
@@ -359,6 +379,9 @@ def _idle_attribution(m: TraceMetrics) -> dict:
         row = {"ms": r3(ms), "pct": pct(ms, step_total)}
         if cause not in ("queued", "unrecorded"):
             row["top"] = [[label, r3(x)] for label, x in m.top_labels(cause, 5)]
+        if cause == "queued" and m.attribution is not None:
+            row["waits_for"] = waits_for(m.attribution.queued_why,
+                                         len(m.details.get("primary_devices", [])))
         out[cause] = row
     return out
 

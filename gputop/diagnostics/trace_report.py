@@ -131,8 +131,10 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     idle = m.get("idle_attribution") or {}
     named = [
         f"{cause} {row['pct']:.1f}% ({', '.join(label for label, _ in row['top'][:2])})"
+        if row.get("top") else
+        f"{cause} {row['pct']:.1f}% (waiting for {', '.join(w['label'] for w in row['waits_for'][:2])})"
         for cause, row in sorted(idle.items(), key=lambda kv: -kv[1]["ms"])
-        if row.get("top") and row["pct"] >= 1
+        if (row.get("top") or row.get("waits_for")) and row["pct"] >= 1
     ]
     if named:
         lines += _wrap("Idle, by what the launching thread was doing: " + "; ".join(named[:4]),

@@ -17,6 +17,7 @@ from gputop.diagnostics.findings import SEVERITY_RANK, Finding, order_findings
 from gputop.diagnostics.trace_busy import HOST_COPIES, copy_text, size_text
 from gputop.diagnostics.trace_intervals import intersect, total
 from gputop.diagnostics.trace_metrics import TraceMetrics
+from gputop.diagnostics.trace_queued import queued_label
 from gputop.format import ms_h
 
 # Share of the window a finding costs -> severity.
@@ -475,10 +476,16 @@ def gpu_idle(m: TraceMetrics) -> list[Finding]:
                 cost_s=cost / 1e3,
             )
         ]
+    # Two causes under one id, each costed on its own: host work that launches nothing, and
+    # work queued on the device that cannot start (not the host's doing).
+    return [f for f in (_host_work(m), _queued_work(m)) if f is not None]
+
+
+def _host_work(m: TraceMetrics) -> Finding | None:
     cost = _host_work_ms(m, inside_long_gaps=False)
     share = _share(m, cost)
     if share < WARNING_SHARE:
-        return []
+        return None
     named = _named(m, "host") or _named(m, "unprofiled")
     unprof = _cost(m, "unprofiled")
     what = (
@@ -487,31 +494,80 @@ def gpu_idle(m: TraceMetrics) -> list[Finding]:
         else "no profiled host activity (Python between ops, logging, I/O, or a wait the "
         "profiler does not see)"
     )
-    return [
-        Finding(
-            id="gpu-idle",
-            severity=severity_for(share),
-            title=(
-                f"The {_device(m)} sits idle {_pct(share)} of the {_of_what(m)} while the host "
-                f"runs {named.split(' ')[0] if named and 'no profiled' not in named else 'other work'}"
-            ),
-            evidence=(
-                f"{ms_h(cost)} {_window_phrase(m)} with nothing queued on the {_device(m)} while "
-                f"the launching thread ran {what}"
-                + (f"; {ms_h(unprof)} of it with nothing recorded on the thread" if unprof >= 1
-                   and named else "")
-                + "."
-            ),
-            fix=(
-                "Take that work off the step or overlap it: move per-step logging, metrics and "
-                "checkpoint checks out of the loop (every N steps), do host-side preprocessing "
-                "in DataLoader workers, and make I/O asynchronous; record with_stack=True to "
-                "name the Python functions."
-            ),
-            next_step=ns.pyspy_record(m.details.get("pid"), "host.svg", app=_app(m)),
-            cost_s=cost / 1e3,
-        )
-    ]
+    return Finding(
+        id="gpu-idle",
+        severity=severity_for(share),
+        title=(
+            f"The {_device(m)} sits idle {_pct(share)} of the {_of_what(m)} while the host "
+            f"runs {named.split(' ')[0] if named and 'no profiled' not in named else 'other work'}"
+        ),
+        evidence=(
+            f"{ms_h(cost)} {_window_phrase(m)} with nothing queued on the {_device(m)} while "
+            f"the launching thread ran {what}"
+            + (f"; {ms_h(unprof)} of it with nothing recorded on the thread" if unprof >= 1
+               and named else "")
+            + "."
+        ),
+        fix=(
+            "Take that work off the step or overlap it: move per-step logging, metrics and "
+            "checkpoint checks out of the loop (every N steps), do host-side preprocessing "
+            "in DataLoader workers, and make I/O asynchronous; record with_stack=True to "
+            "name the Python functions."
+        ),
+        next_step=ns.pyspy_record(m.details.get("pid"), "host.svg", app=_app(m)),
+        cost_s=cost / 1e3,
+    )
+
+
+# What to do about queued work, by what it waits for (trace_queued).
+_QUEUED_FIX = {
+    "graph": "Look inside the graphs: nsys with --cuda-graph-trace=node shows every node; host "
+    "nodes, event waits and many tiny nodes leave the GPU idle between nodes, so fuse small "
+    "nodes and keep host work out of the graph.",
+    "stream-wait": "Find what the waited-on stream was doing when this one was ready, and start "
+    "that work earlier (or give it its own stream); drop waits that are not needed "
+    "(stream.wait_stream, event.wait, record_stream).",
+    "other-device": "This GPU waits for another one's work: balance the work between them, or "
+    "overlap the transfer between them with compute.",
+    "collective": "The collectives wait for the work queued before them on their stream: "
+    "overlap communication with compute (DDP buckets, FSDP prefetch) so they are ready earlier.",
+    "unrecorded": "Check for other processes on the GPU (gputop's process table), host "
+    "callbacks (cudaLaunchHostFunc) and work launched before the trace started; the trace "
+    "records nothing the work waited for.",
+}
+
+
+def queued_reasons(m: TraceMetrics) -> list[tuple[str, str, float]]:
+    """(reason, its words, ms) of queued idle, largest first (``trace_queued``)."""
+    rows = m.values.get("idle_attribution", {}).get("queued", {}).get("waits_for", [])
+    return [(row["reason"], row["label"], row["ms"]) for row in rows]
+
+
+def _queued_work(m: TraceMetrics, floor: bool = False) -> Finding | None:
+    """Idle with work already launched but not started: not the host's doing; named by what
+    the work waited for."""
+    cost = _cost(m, "queued")
+    share = _share(m, cost)
+    if share < WARNING_SHARE and not floor:
+        return None
+    reasons = queued_reasons(m)
+    top = reasons[0] if reasons else ("unrecorded", queued_label("unrecorded", ""), cost)
+    listed = ", ".join(f"{label} {ms_h(ms)}" for _, label, ms in reasons[:3])
+    graph = top[0] == "graph"
+    return Finding(
+        id="gpu-idle",
+        severity=severity_for(share),
+        title=(f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} with work already "
+               f"queued on it, waiting for {top[1]}"),
+        evidence=(f"{ms_h(cost)} {_window_phrase(m)} in which work launched before the "
+                  f"{_device(m)} ran dry could not start; it waited for {listed or top[1]}. "
+                  "The host is not the cause (a sync it sat in meanwhile waited on the same "
+                  "dependency)."),
+        fix=_QUEUED_FIX[top[0]],
+        next_step=_profile(m, "queued", ns.nsys(
+            "queued", app=_app(m), extra=("--cuda-graph-trace=node",) if graph else ())),
+        cost_s=cost / 1e3,
+    )
 
 
 def long_gpu_gaps(m: TraceMetrics) -> list[Finding]:
@@ -830,15 +886,8 @@ def _promote(f: Finding, why: str) -> Finding:
 def _floor_finding(m: TraceMetrics, cause: str, cost_ms: float, why: str) -> Finding:
     share = _share(m, cost_ms)
     if cause == "queued":
-        title = (f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} with work queued "
-                 "on it")
-        evidence = (f"{ms_h(cost_ms)} {_window_phrase(m)} in which launched work waited on "
-                    "something outside this trace: another stream's or device's work, another "
-                    "process sharing the GPU, or work launched before the window")
-        fix = ("Check for other processes on the GPU (gputop's process table), cross-stream "
-               "waits (cudaStreamWaitEvent) and collectives waiting for a peer.")
-        next_step = _profile(m, "queued", ns.nsys("queued", app=_app(m)))
-        fid = "gpu-idle"
+        f = _queued_work(m, floor=True)
+        title, evidence, fix, next_step, fid = f.title, f.evidence, f.fix, f.next_step, f.id
     else:
         labels = _named(m, cause) or cause
         title = f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} in {cause}"
