@@ -142,3 +142,30 @@ def test_real_traces_account_their_copies():
     # hta_trace_diff_test: device-to-device copies (no link figure for them).
     d2d = analyze_trace(TRACES / "hta_trace_diff_test.json.gz").metrics["busy"]["classes"]["d2d"]
     assert d2d["count"] == 4645 and d2d["gb_per_s"] > 100 and "link_pct" not in d2d
+
+
+def test_a_first_batch_copy_is_a_one_off_not_the_steady_state(tmp_path):
+    """Five 10 ms compute-bound steps; the first also uploads 2 GiB once (pageable, 160 ms,
+    the host staging it): judged apart, so no copy or staging finding for the steady steps."""
+    t = KinetoTrace()
+    t0 = 1000.0
+    for k in range(5):
+        start = t0
+        t.step(k + 1, start, 0)  # duration set below
+        if k == 0:
+            t.to_device(t0 + 20, 2 * GIB, t0 + 60, 160_000, pinned=False)
+            t0 += 160_100
+        for i in range(50):
+            t.launch(t0 + 10 + 15 * i, "void gemm_kernel<__half>()", t0 + 30 + 200 * i, 195,
+                     op="aten::mm")
+        t0 += 10_100
+        t.events[[e.get("name") for e in t.events].index(f"ProfilerStep#{k + 1}")]["dur"] = (
+            t0 - start)
+    a = analyze_trace(t.write(tmp_path / "first_batch.json"))
+    (one_off,) = a.metrics["one_offs"]
+    assert one_off["position"] == "first" and one_off["h2d_bytes"] == 2 * GIB
+    assert one_off["excess_ms"] > 150
+    assert a.metrics["busy"]["classes"]["h2d"]["bytes"] == 0  # not in the judged steps
+    assert a.verdict == "healthy", a.findings
+    assert "One-off first step, not judged: ProfilerStep#1" in run_cli(
+        "analyze", str(tmp_path / "first_batch.json")).stdout

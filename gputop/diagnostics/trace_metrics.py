@@ -24,7 +24,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from gputop.diagnostics.trace_busy import busy_breakdown
+from gputop.diagnostics.trace_busy import busy_breakdown, copy_class
 from gputop.diagnostics.trace_gaps import (
     BUSY_ROLES,
     CPU_DEVICE,
@@ -64,7 +64,7 @@ from gputop.diagnostics.trace_links import host_link
 from gputop.diagnostics.trace_load import Event, TraceData
 from gputop.diagnostics.trace_queued import Queued, queued_inputs, waits_for
 from gputop.diagnostics.trace_stats import kernel_stats, memory, pct, r3, walk_host_ops
-from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync
+from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync, steady_steps
 
 # Nsight Systems' "GPU Gaps" expert rule (gpu_gaps) reports idle stretches of 500 ms or more.
 LONG_GAP_US = 500_000.0
@@ -168,18 +168,32 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         acts, launches = cpu_activities(data, states)
     device_span = (min(a.ts for a in acts), max(a.end for a in acts)) if acts else None
     win = find_window(data, runtime_sorted, device_end_by_corr, device_span)
-    steps = win.steps
-    w0, w1 = win.start, win.end
-    slots = merge((s.start, s.end) for s in steps)
     has_host = bool(data.cpu_ops or data.runtime or data.python)
 
     launches_by_tid: dict[object, int] = Counter(
         rt.tid for rt in runtime_prog if rt.name in LAUNCH_APIS or rt.name in GRAPH_LAUNCH_APIS
     )
     main_tid = main_thread(data, launches_by_tid)
-    att = attribute(acts, launches, states, slots, main_tid, has_host,
-                    wake_us=0.0 if gpu_present else CPU_WAKE_US,
-                    queued=_queued_inputs(data, runtime_prog) if gpu_present else None)
+    queued = _queued_inputs(data, runtime_prog) if gpu_present else None
+
+    def attributed(steps: list[Step]) -> tuple[Attribution, Ranges, list[int]]:
+        slots = merge((s.start, s.end) for s in steps)
+        att = attribute(acts, launches, states, slots, main_tid, has_host,
+                        wake_us=0.0 if gpu_present else CPU_WAKE_US, queued=queued)
+        return att, slots, _primary_devices(att, slots)
+
+    att, slots, primary = attributed(win.steps)
+    # One-off first or last steps are judged apart (trace_steps.steady_steps), by the time a
+    # finding could charge in each step: everything but compute and communication.
+    rows = per_step(att, win.steps, primary)
+    steady = steady_steps(win, [(r["total"] - r["compute"] - r["communication"]) * 1e3
+                                for r in rows])
+    one_off_rows = [rows[win.steps.index(step)] for step, _, _ in steady.one_offs]
+    if steady.one_offs:
+        win = steady
+        att, slots, primary = attributed(win.steps)
+    steps = win.steps
+    w0, w1 = win.start, win.end
 
     m = TraceMetrics(
         path=data.path,
@@ -198,15 +212,15 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     _describe(m, data, win)
 
     busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
-    top_busy = max(busy_by_dev.values(), default=0.0)
-    primary = [d for d, b in busy_by_dev.items() if b >= PRIMARY_DEVICE_SHARE * top_busy] or [
-        d for d in att.devices
-    ]
     m.details["primary_devices"] = primary
     # Each collective (start, end, stream), for comparing the ranks of a job (trace_ranks).
     m.details["collectives"] = [(a.ts, a.end, a.stream) for a in acts
                                 if a.kind == "comm" and w0 <= a.ts < w1]
     _step_breakdown(m, att, primary)
+    m.values["one_offs"] = [
+        _one_off(step, position, excess, row, acts, prof_sync)
+        for (step, position, excess), row in zip(win.one_offs, one_off_rows)
+    ]
     moves = [a for a in gacts if a.kind == "memcpy" or a.kind == "memset"]
     m.values["busy"] = busy_breakdown(att, moves, slots, primary, m.step_total_ms, gpu_present,
                                       host_link(_device_name(data, primary)))
@@ -251,6 +265,35 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     m.ranges["host_collectives"] = intersect(merge(_span(ev) for ev in ops["collective"]), slots)
     _assessment(m, data, has_dataloader=bool(ops["dataloader-next"] or ops["dataloader"]))
     return m
+
+
+def _primary_devices(att: Attribution, slots: Ranges) -> list[int]:
+    busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
+    top_busy = max(busy_by_dev.values(), default=0.0)
+    return [d for d, b in busy_by_dev.items() if b >= PRIMARY_DEVICE_SHARE * top_busy] or list(
+        att.devices)
+
+
+def _one_off(step: Step, position: str, excess_us: float, row: dict[str, float], acts,
+             prof_sync: Event | None) -> dict:
+    """A step left out as a one-off: its time, how much more a finding could charge in it than
+    in the costliest steady step, and what its time went to (``row``: its step breakdown)."""
+    top = sorted(((role, ms) for role, ms in row.items() if role in ROLES and ms > 0),
+                 key=lambda kv: -kv[1])[:3]
+    out = {
+        "step": step.name,
+        "position": position,
+        "ms": r3((step.end - step.start) / 1e3),
+        "excess_ms": r3(excess_us / 1e3),
+        "top": [[role, r3(ms)] for role, ms in top],
+    }
+    h2d = sum(a.nbytes for a in acts if a.kind == "memcpy" and step.start <= a.ts < step.end
+              and copy_class(a.name) == "h2d")
+    if h2d:
+        out["h2d_bytes"] = h2d
+    if position == "last" and prof_sync is not None and step.host_end <= prof_sync.ts < step.end:
+        out["profiler_stop"] = True  # the step held the profiler's closing synchronize
+    return out
 
 
 def _queued_inputs(data: TraceData, runtime_prog: list[Event]) -> Queued:
@@ -322,7 +365,10 @@ def _describe(m: TraceMetrics, data: TraceData, win) -> None:
         "start_us": r3(w0),
         "dur_ms": r3((w1 - w0) / 1e3),
         "steps_from": win.source,
-        "judged": window_statement(win.source, len(win.steps), m.gpu_present),
+        "judged": window_statement(win.source, len(win.steps), m.gpu_present) + "".join(
+            f"; the {position} step ({step.name}) left out as a one-off, "
+            f"{excess / 1e3:.1f} ms more idle or copy time than any steady step"
+            for step, position, excess in win.one_offs),
         "left_out_before_ms": r3(win.before_us / 1e3),
         "left_out_after_ms": r3(win.after_us / 1e3),
         "profiled_ms": r3((profiled[1] - profiled[0]) / 1e3) if profiled else None,

@@ -9,7 +9,7 @@ import textwrap
 
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.trace import TraceAnalysis
-from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text
+from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text, size_text
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
@@ -109,6 +109,22 @@ def _busy_lines(m: dict, width: int) -> list[str]:
     return _wrap("GPU busy time: " + "; ".join(parts), width, "  ", "    ")
 
 
+def _one_off_lines(m: dict, width: int) -> list[str]:
+    """Steps left out of the judgement as one-offs, and what their time went to."""
+    lines = []
+    labels = {keys[0]: label for keys, _, label in BAR_ROLES}
+    for o in m.get("one_offs") or []:
+        what = ", ".join(f"{labels.get(role, role)} {ms_h(ms)}" for role, ms in o["top"])
+        if o.get("h2d_bytes"):
+            what += f"; host-to-device copies {size_text(o['h2d_bytes'])}"
+        if o.get("profiler_stop"):
+            what += "; it holds the profiler's closing synchronize"
+        lines += _wrap(f"One-off {o['position']} step, not judged: {o['step']} {ms_h(o['ms'])}, "
+                       f"{ms_h(o['excess_ms'])} more idle or copy time than any steady step ({what})",
+                       width, "  ", "    ")
+    return lines
+
+
 def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     width = max(60, width)
     a, m = analysis, analysis.metrics
@@ -141,6 +157,7 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
                        width, "  ", "    ")
 
     lines += _busy_lines(m, width)
+    lines += _one_off_lines(m, width)
 
     lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
     for i, f in enumerate(a.findings, 1):
