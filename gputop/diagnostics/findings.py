@@ -103,6 +103,11 @@ def actionable(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["warning"]]
 
 
+# The verdict of a trace whose GPU activity was not recorded and whose host shows no problem:
+# nothing may be said about the device, healthy included.
+NOT_ASSESSED = "not-assessed"
+
+
 def verdict(findings: Iterable[Finding]) -> str:
     """The id of the costliest finding of severity warning or worse, else ``healthy``.
 

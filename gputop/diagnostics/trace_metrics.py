@@ -65,6 +65,7 @@ from gputop.diagnostics.trace_load import Event, TraceData
 from gputop.diagnostics.trace_queued import Queued, queued_inputs, waits_for
 from gputop.diagnostics.trace_stats import kernel_stats, memory, pct, r3, walk_host_ops
 from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync, steady_steps
+from gputop.diagnostics.trace_unrecorded import host_breakdown, unrecorded_gpu
 
 # Nsight Systems' "GPU Gaps" expert rule (gpu_gaps) reports idle stretches of 500 ms or more.
 LONG_GAP_US = 500_000.0
@@ -100,6 +101,9 @@ class TraceMetrics:
     attribution: Attribution | None = None
     states: dict[object, ThreadStates] = field(default_factory=dict)
     has_host: bool = True
+    # Why a trace with no GPU activity is a GPU program's (``trace_unrecorded``): only its
+    # host is assessed. None for GPU traces and CPU jobs.
+    gpu_unrecorded: str | None = None
 
     @property
     def step_total_ms(self) -> float:
@@ -160,14 +164,18 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     host_steps_end = max((ev.ts + ev.dur for ev in data.steps), default=None)
     prof_sync = profiler_sync(data.cpu_ops, host_steps_end, runtime_sorted)
     runtime_prog = [rt for rt in runtime_sorted if rt is not prof_sync]
+    # A GPU program whose GPU activity is missing: only its host is assessed.
+    unrecorded = None if gpu_present else unrecorded_gpu(data)
     states = build_thread_states(data.cpu_ops, data.python, runtime_prog, _copy_kinds(gacts),
-                                 cpu_model=not gpu_present)
-    if gpu_present:
+                                 cpu_model=not gpu_present and unrecorded is None)
+    if gpu_present or unrecorded is not None:
         acts = gacts
     else:
         acts, launches = cpu_activities(data, states)
     device_span = (min(a.ts for a in acts), max(a.end for a in acts)) if acts else None
     win = find_window(data, runtime_sorted, device_end_by_corr, device_span)
+    if unrecorded is not None and win.source == "recorded span":
+        win = win._replace(source="host span")
     has_host = bool(data.cpu_ops or data.runtime or data.python)
 
     launches_by_tid: dict[object, int] = Counter(
@@ -208,6 +216,7 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         attribution=att,
         states=states,
         has_host=has_host,
+        gpu_unrecorded=unrecorded,
     )
     _describe(m, data, win)
 
@@ -217,6 +226,8 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     m.details["collectives"] = [(a.ts, a.end, a.stream) for a in acts
                                 if a.kind == "comm" and w0 <= a.ts < w1]
     _step_breakdown(m, att, primary)
+    if unrecorded is not None:
+        m.values["host_breakdown"] = host_breakdown(states, main_tid, slots, steps)
     m.values["one_offs"] = [
         _one_off(step, position, excess, row, acts, prof_sync)
         for (step, position, excess), row in zip(win.one_offs, one_off_rows)
@@ -358,6 +369,7 @@ def _describe(m: TraceMetrics, data: TraceData, win) -> None:
         "rank": data.rank,
         "world_size": data.world_size,
         "gpu_activity": m.gpu_present,
+        "gpu_unrecorded": m.gpu_unrecorded,
         "cpu_events": m.has_host,
     }
     profiled = data.profiler_span
@@ -398,6 +410,8 @@ def window_statement(source: str, n_steps: int, gpu_present: bool) -> str:
                 "(the profiler's start and stop edges left out)")
     if source == "device span":
         return "no CPU events: the device's own span; only what the device shows is assessed"
+    if source == "host span":
+        return "no steps: the host's recorded span (GPU activity not recorded)"
     return "nothing to judge"
 
 
@@ -720,11 +734,12 @@ def _assessment(m: TraceMetrics, data: TraceData, has_dataloader: bool) -> None:
         if unknown > 0:
             na.append(f"precision of {unknown:,.1f} ms of matrix kernels whose names do not say "
                       "it (counted as unknown)")
-    elif data.runtime:
-        na.append(
-            "GPU metrics: runtime calls but no GPU activity recorded (CUPTI/roctracer "
-            "activities missing)"
-        )
+    elif m.gpu_unrecorded:
+        a.append("the host only: the training thread's time by state (DataLoader, sync, "
+                 "launch path, host work), step times, top operators")
+        na.append(f"the GPU: its activity was not recorded ({m.gpu_unrecorded}); no device "
+                  "verdict (busy/idle, kernels, copies, communication, tensor cores) - record "
+                  "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
     else:
         a.append("CPU compute (the operators) and its idle time attributed like a GPU's")
         na.append(

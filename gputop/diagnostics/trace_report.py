@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from gputop.diagnostics.findings import CATALOGUE
+from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text, size_text
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
@@ -33,10 +33,23 @@ BAR_ROLES = (
 )
 
 
-def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
+# GPU activity not recorded: the training thread's own time by state (trace_host).
+HOST_BAR_ROLES = (
+    (("startup",), "W", "start-up"),
+    (("dataloader",), "D", "DataLoader"),
+    (("sync",), "S", "waiting on the GPU (sync)"),
+    (("copy",), "P", "blocking copy"),
+    (("allocator",), "A", "cudaMalloc/Free"),
+    (("launch",), "L", "launch path"),
+    (("host",), "H", "host work"),
+    (("unprofiled",), ".", "nothing profiled"),
+)
+
+
+def breakdown_bar(pct: dict[str, float], width: int, roles=BAR_ROLES) -> tuple[str, str]:
     """A ``width``-character bar of the step-time shares and its legend (largest first)."""
     shares = [
-        (letter, label, sum(pct.get(k, 0.0) for k in keys)) for keys, letter, label in BAR_ROLES
+        (letter, label, sum(pct.get(k, 0.0) for k in keys)) for keys, letter, label in roles
     ]
     total = sum(s for _, _, s in shares)
     if total <= 0:
@@ -47,7 +60,7 @@ def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
     leftover = width - sum(cells.values())
     for letter, _x in sorted(exact, key=lambda e: -(e[1] - int(e[1])))[:leftover]:
         cells[letter] += 1
-    bar = "".join(letter * cells[letter] for _, letter, _ in BAR_ROLES)
+    bar = "".join(letter * cells[letter] for _, letter, _ in roles)
     legend = "  ".join(
         f"{letter} {label} {s:.1f}%"
         for letter, label, s in sorted(shares, key=lambda e: -e[2])
@@ -68,8 +81,10 @@ def _headline(a: TraceAnalysis) -> str:
     device = m["trace"].get("device")
     if device:
         parts.append(device)
-    elif not m["trace"]["gpu_activity"]:
+    elif not m["trace"]["gpu_activity"] and not m["trace"].get("gpu_unrecorded"):
         parts.append("CPU-only trace")
+    if m["trace"].get("gpu_unrecorded"):
+        parts.append("GPU activity not recorded")
     if m["trace"].get("rank") is not None:
         ws = m["trace"].get("world_size")
         parts.append(f"rank {m['trace']['rank']}" + (f" of {ws}" if ws else ""))
@@ -130,17 +145,28 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     a, m = analysis, analysis.metrics
     lines = _wrap(f"gputop analyze: {os.path.basename(a.file)}", width, "", "  ")
     lines += _wrap(_headline(a), width, "", "  ")
+    unrecorded = m["trace"].get("gpu_unrecorded")
     if a.verdict == "healthy":
         lines += _wrap(f"Verdict: healthy - {a.healthy_reason}", width, "", "  ")
+    elif a.verdict == NOT_ASSESSED:
+        lines += _wrap(f"Verdict: not assessed - GPU activity was not recorded ({unrecorded}); "
+                       "only the host is assessed, and it shows no problem", width, "", "  ")
     else:
         top = next(f for f in a.findings if f.id == a.verdict)
         verdict = f"Verdict: {a.verdict} ({top.severity}) - {CATALOGUE[a.verdict]}"
+        if unrecorded:
+            verdict += " (host side only: GPU activity was not recorded)"
         lines += _wrap(verdict, width, "", "  ")
 
     bd = m["step_breakdown"]
     what = "step time" if m["steps"]["count"] else "window"
-    lines += ["", f"Where the {what} went ({ms_h(bd['ms']['total'])} in all)"]
-    bar, legend = breakdown_bar(bd["pct"], width - 4)
+    if unrecorded:
+        lines += ["", f"Where the training thread's {what} went ({ms_h(bd['ms']['total'])} in "
+                  "all; GPU activity not recorded)"]
+        bar, legend = breakdown_bar(m["host_breakdown"]["pct"], width - 4, HOST_BAR_ROLES)
+    else:
+        lines += ["", f"Where the {what} went ({ms_h(bd['ms']['total'])} in all)"]
+        bar, legend = breakdown_bar(bd["pct"], width - 4)
     lines.append(f"  [{bar}]")
     lines += _wrap(legend, width, "  ", "  ")
     lines += _wrap(f"Window: {m['window']['judged']}", width, "  ", "    ")

@@ -814,7 +814,41 @@ _CAUSE_RULE: dict[str, Callable[[TraceMetrics], list[Finding]]] = {
 }
 
 
+def host_dataloader(m: TraceMetrics) -> list[Finding]:
+    """GPU activity not recorded: the DataLoader's share of the training thread's step time
+    (TensorBoard's DataLoader share is this same host time), not a device's idle."""
+    dl = m.values["dataloader"]
+    ms = m.values["host_breakdown"]["ms"].get("dataloader", 0.0)
+    share = _share(m, ms)
+    if not dl["calls"] or share < WARNING_SHARE:
+        return []
+    workers = ("num_workers=0: batches are loaded in the training process"
+               if dl["single_process"] else "the workers do not keep up")
+    return [Finding(
+        id="dataloader-stall",
+        severity=severity_for(share),
+        title=(f"The training loop waits for the DataLoader {_pct(share)} of the {_of_what(m)} "
+               "(GPU activity not recorded)"),
+        evidence=(f"the training thread spent {ms_h(ms)} {_window_phrase(m)} in "
+                  f"enumerate(DataLoader).__next__ ({dl['calls']} calls, longest "
+                  f"{ms_h(dl['max_call_ms'])}); {workers}. Whether the GPU idled meanwhile is "
+                  "not in the trace."),
+        fix=("Load batches in parallel: DataLoader(num_workers=4 to 8 per GPU, pin_memory=True, "
+             "persistent_workers=True, prefetch_factor=2), and record the GPU too "
+             "(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) to see what it costs."),
+        next_step=_capture_or_run(m),
+        cost_s=ms / 1e3,
+    )]
+
+
+# GPU activity not recorded: only what the host shows (and the allocator's own events).
+HOST_RULES: tuple[Callable[[TraceMetrics], list[Finding]], ...] = (host_dataloader,
+                                                                    memory_pressure)
+
+
 def run_rules(m: TraceMetrics) -> list[Finding]:
+    if m.gpu_unrecorded:
+        return order_findings(f for rule in HOST_RULES for f in rule(m))
     findings: list[Finding] = []
     for rule in RULES:
         findings.extend(rule(m))
