@@ -24,6 +24,7 @@ libraries). ``record_function`` ranges and user annotations (``## forward ##``,
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -230,6 +231,72 @@ def python_label(name: str) -> str:
         return name
     path, _, line = head.rpartition("(")
     return f"{func} ({path.rsplit('/', 1)[-1]}:{line})"
+
+
+# Python whose job is to issue device work, by where its code lives (with_stack frame names,
+# ``path(line): function``): the wrappers torch.compile generates (Inductor's output code, in
+# the torchinductor_<user> cache) and the runtime that calls them (Inductor's runtime and CUDA
+# graph trees, AOT autograd's runtime wrappers), Triton's launchers (JIT specialisation, the
+# driver's launch), and module hooks that move weights to the device before a forward
+# (accelerate's and diffusers' offloading hooks).
+_LAUNCH_CODE = re.compile(
+    r"torchinductor_|(?:^|/)torch/_inductor/(?:runtime/|cudagraph_trees\.py|output_code\.py)"
+    r"|(?:^|/)torch/_functorch/_aot_autograd/runtime_wrappers\.py"
+    r"|(?:^|/)triton/(?:runtime/|backends/|knobs\.py)"
+    r"|(?:^|/)triton/compiler/compiler\.py\(\d+\): (?:run|launch_metadata|__getattribute__|"
+    r"_init_handles)"
+    r"|(?:^|/)accelerate/hooks\.py|(?:^|/)diffusers/hooks/"
+)
+# Compilation is not a launch even inside a launcher (Triton's JIT compiles on a first call).
+_COMPILE_CODE = re.compile(
+    r"(?:^|/)triton/compiler/(?!compiler\.py\(\d+\): (?:run|launch_metadata|__getattribute__"
+    r"|_init_handles))|(?:^|/)torch/_inductor/(?:compile_fx|codecache|graph|scheduler|codegen/"
+    r"|select_algorithm|autotune_process|async_compile)|(?:^|/)torch/_dynamo/"
+)
+
+
+@lru_cache(maxsize=16384)
+def frame_code(name: str) -> str:
+    """``launch``, ``compile``, ``program`` (the user's own code) or ``library`` (neither:
+    takes the kind of its caller) for a with_stack frame name."""
+    if _COMPILE_CODE.search(name):
+        return "compile"
+    if _LAUNCH_CODE.search(name):
+        return "launch"
+    if any(mark in name for mark in _LIBRARY_MARKS):
+        return "library"
+    return "program"
+
+
+def launch_code_spans(frames: list[Event]) -> Ranges:
+    """Where the innermost frame that is not library code is launch code (``frame_code``),
+    for one thread's frames sorted by (start, -duration): one sweep with a stack of the
+    open frames and the kind each one's time counts as."""
+    kinds = {ev.name for ev in frames}
+    if not any(frame_code(name) == "launch" for name in kinds):
+        return []
+    out: Ranges = []
+    stack: list[tuple[float, bool]] = []  # (end, counts as launch code)
+    cursor = float("-inf")
+    for ev in frames:
+        ts = ev.ts
+        while stack and stack[-1][0] <= ts:
+            end, launching = stack.pop()
+            if launching and end > cursor:
+                out.append((cursor, end))
+            cursor = max(cursor, end)
+        if stack and stack[-1][1] and ts > cursor:
+            out.append((cursor, ts))
+        cursor = max(cursor, ts)
+        kind = frame_code(ev.name)
+        launching = (stack[-1][1] if stack else False) if kind == "library" else kind == "launch"
+        stack.append((ts + ev.dur, launching))
+    while stack:
+        end, launching = stack.pop()
+        if launching and end > cursor:
+            out.append((cursor, end))
+        cursor = max(cursor, end)
+    return merge(out)
 
 
 _LIBRARY_MARKS = ("site-packages/", "dist-packages/", "/lib/python3", "torch/", "<built-in",
@@ -506,6 +573,13 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
     host = painted.pop("op_host", [])
     if frames and long:
         named = intersect(long, merge(_spans(_outermost(frames))))
+        if not cpu_model:
+            # Python of the code that issues the launches (compiled wrappers, kernel
+            # launchers, offloading hooks) is the launch path, however long it runs.
+            issuing = intersect(named, launch_code_spans(frames))
+            if issuing:
+                painted["launch"] = merge(painted.get("launch", []) + issuing)
+                named = subtract(named, issuing)
         host = merge(host + named)
     st.device = painted.pop("device", [])
     if host:
