@@ -10,6 +10,7 @@ import textwrap
 from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text, size_text
+from gputop.diagnostics.trace_host import HOST_STATES
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
@@ -33,17 +34,10 @@ BAR_ROLES = (
 )
 
 
-# GPU activity not recorded: the training thread's own time by state (trace_host).
-HOST_BAR_ROLES = (
-    (("startup",), "W", "start-up"),
-    (("dataloader",), "D", "DataLoader"),
-    (("sync",), "S", "waiting on the GPU (sync)"),
-    (("copy",), "P", "blocking copy"),
-    (("allocator",), "A", "cudaMalloc/Free"),
-    (("launch",), "L", "launch path"),
-    (("host",), "H", "host work"),
-    (("unprofiled",), ".", "nothing profiled"),
-)
+# GPU activity not recorded: the training thread's own time by state (trace_host), with the
+# same letters as the idle causes they would explain.
+HOST_BAR_ROLES = tuple((keys, letter, label.removeprefix("idle: "))
+                       for keys, letter, label in BAR_ROLES if keys[0] in HOST_STATES)
 
 
 def breakdown_bar(pct: dict[str, float], width: int, roles=BAR_ROLES) -> tuple[str, str]:
