@@ -53,10 +53,12 @@ def host_memory(name: str) -> str | None:
 
 
 def busy_breakdown(att: Attribution, moves: list[Activity], slots: Ranges, devices: list[int],
-                   window_ms: float, gpu: bool, link: Link | None) -> dict:
+                   window_ms: float, gpu: bool, link: Link | None,
+                   busy_by_dev: dict[int, float]) -> dict:
     """The ``busy`` section of the metrics (see the module docstring). ``moves``: the copies and
     memsets (kernels are read from the attribution's unions). Times are averaged over
-    ``devices`` like the step breakdown; bytes and counts are summed over them."""
+    ``devices`` like the step breakdown; bytes and counts are summed over them.
+    ``busy_by_dev``: each device's busy time inside the window (us)."""
     n = max(1, len(devices))
     wanted = set(devices)
     slot_index = RangeIndex(slots)
@@ -65,14 +67,17 @@ def busy_breakdown(att: Attribution, moves: list[Activity], slots: Ranges, devic
     count: dict[str, int] = defaultdict(int)
     pinned: dict[str, float] = defaultdict(float)
     pageable: dict[str, float] = defaultdict(float)
+    w0, w1 = (slots[0][0], slots[0][1]) if len(slots) == 1 else (0.0, 0.0)
     for a in moves:
         if a.device not in wanted:
             continue
         cls = "memset" if a.kind == "memset" else copy_class(a.name)
-        if a.end > a.ts:
-            share = slot_index.covered(a.ts, a.end) / (a.end - a.ts)
-        else:
+        if a.end <= a.ts:
             share = 1.0 if slot_index.covering(a.ts) else 0.0
+        elif len(slots) == 1:  # steps back to back: one range, no index needed
+            share = max(0.0, min(a.end, w1) - max(a.ts, w0)) / (a.end - a.ts)
+        else:
+            share = slot_index.covered(a.ts, a.end) / (a.end - a.ts)
         if share <= 0:
             continue
         count[cls] += 1
@@ -83,11 +88,15 @@ def busy_breakdown(att: Attribution, moves: list[Activity], slots: Ranges, devic
         elif memory == "pageable":
             pageable[cls] += a.nbytes * share
         spans[cls][a.device].append((a.ts, a.end))
-    kernels_by_dev = {
-        dev: merge([*att.kinds.get(dev, {}).get("compute", []),
-                    *att.kinds.get(dev, {}).get("comm", [])])
-        for dev in devices
-    }
+
+    def exposed(copies: Ranges, dev: int) -> Ranges:
+        """Copy time with no kernel beside it (the kinds' unions are sorted and disjoint)."""
+        for kind in ("compute", "comm"):
+            kernels = att.kinds.get(dev, {}).get(kind)
+            if kernels and copies:
+                copies = subtract(copies, kernels)
+        return copies
+
     classes: dict[str, dict] = {}
     host_copies_exposed = 0.0
     for cls in (*BUSY_CLASSES, "other_copy"):
@@ -103,8 +112,8 @@ def busy_breakdown(att: Attribution, moves: list[Activity], slots: Ranges, devic
             else:
                 mine = intersect(merge(spans[cls].get(dev, [])), slots)
             us += total(mine)
-            if cls in COPY_CLASSES:
-                exposed_us += total(subtract(mine, kernels_by_dev[dev]))
+            if cls in COPY_CLASSES and mine:
+                exposed_us += total(exposed(mine, dev))
         ms = us / 1e3 / n
         row: dict = {"ms": r3(ms), "pct": pct(ms, window_ms)}
         if cls not in ("compute", "communication"):
@@ -122,8 +131,8 @@ def busy_breakdown(att: Attribution, moves: list[Activity], slots: Ranges, devic
         classes[cls] = row
     for dev in devices:  # host copies of both directions at once count once
         both = intersect(merge([*spans["h2d"].get(dev, []), *spans["d2h"].get(dev, [])]), slots)
-        host_copies_exposed += total(subtract(both, kernels_by_dev[dev]))
-    busy_ms = sum(total(intersect(att.busy.get(dev, []), slots)) for dev in devices) / 1e3 / n
+        host_copies_exposed += total(exposed(both, dev))
+    busy_ms = sum(busy_by_dev.get(dev, 0.0) for dev in devices) / 1e3 / n
     return {
         "window_ms": r3(window_ms),
         "busy_ms": r3(busy_ms),

@@ -41,7 +41,6 @@ from gputop.diagnostics.trace_intervals import (
 )
 from gputop.diagnostics.trace_kernels import kernel_class
 from gputop.diagnostics.trace_load import Event, TraceData
-from gputop.diagnostics.trace_queued import Namer, Queued
 
 BUSY_ROLES = ("compute", "communication", "memcpy", "memset")
 IDLE_CAUSES = (
@@ -171,8 +170,11 @@ class Attribution:
     busy: dict[int, Ranges] = field(default_factory=dict)  # union of activity, per device
     kinds: dict[int, dict[str, Ranges]] = field(default_factory=dict)  # per kind, per device
     main_tid: object = None
-    # Queued idle (us, over every device) by what the work waited for: (reason, detail).
-    queued_why: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    # Queued idle pieces, to name what the work waited for (lazily, ``trace_queued``):
+    # (start, end, device, the work that ended the gap, its launch).
+    queued_pieces: list[tuple[float, float, int, Activity, Launch]] = field(default_factory=list)
+    by_device: dict[int, list[Activity]] = field(default_factory=dict)
+    launches: dict[int, Launch] = field(default_factory=dict)
 
     def ranges(self, role: str) -> Ranges:
         """The role's ranges over every device, as one sorted list (may overlap across
@@ -214,15 +216,16 @@ def attribute(
     main_tid: object,
     has_host: bool,
     wake_us: float = 0.0,
-    queued: Queued | None = None,
+    keep_queued: bool = False,
 ) -> Attribution:
     """``wake_us``: how long a thread already blocked when the device finished may take to run
     again (see ``CPU_WAKE_US``); that start of the idle is the host's reaction, not a sync.
-    ``queued``: what names the dependency of work queued on an idle device (``trace_queued``)."""
+    ``keep_queued``: keep the queued pieces, to name what they waited for (``trace_queued``)."""
     by_device: dict[int, list[Activity]] = defaultdict(list)
     for a in acts:
         by_device[a.device].append(a)
-    att = Attribution(devices=sorted(by_device), main_tid=main_tid)
+    att = Attribution(devices=sorted(by_device), main_tid=main_tid, by_device=by_device,
+                      launches=launches)
     roles: dict[str, dict[int, Ranges]] = defaultdict(dict)
     owners: dict[str, list[tuple[float, float, object]]] = defaultdict(list)
     empty = ThreadStates(None)
@@ -246,7 +249,6 @@ def attribute(
             roles["unrecorded"][dev] = idle
             continue
         starts = [a.ts for a in dacts]
-        namer = None
         # Per launching thread: the parts the host caused, the launch itself, and queued time.
         host_parts: dict[object, Ranges] = defaultdict(list)
         launch_parts: dict[object, Ranges] = defaultdict(list)
@@ -285,12 +287,8 @@ def attribute(
                 # Launched and returned before the device ran dry: queued behind a dependency,
                 # never the host's doing (``trace_queued``).
                 queued_parts.append((g0, g1))
-                if queued is not None:
-                    if namer is None:
-                        namer = Namer(queued, dev, dacts, launches,
-                                      {d: b for d, b in att.busy.items() if d != dev})
-                    reason, detail = namer.why(filler, launch, g0, g1)
-                    att.queued_why[(reason, detail)] += g1 - g0
+                if keep_queued:
+                    att.queued_pieces.append((g0, g1, dev, filler, launch))
         dev_roles: dict[str, list[tuple[float, float]]] = defaultdict(list)
         dev_roles["launch"].extend(wake_parts)
         for tid, parts in host_parts.items():

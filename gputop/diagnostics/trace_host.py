@@ -36,6 +36,7 @@ from gputop.diagnostics.trace_intervals import (
     Ranges,
     intersect,
     merge,
+    merge_sorted,
     subtract,
 )
 from gputop.diagnostics.trace_kernels import (
@@ -257,8 +258,8 @@ _COMPILE_CODE = re.compile(
 
 @lru_cache(maxsize=16384)
 def frame_code(name: str) -> str:
-    """``launch``, ``compile``, ``program`` (the user's own code) or ``library`` (neither:
-    takes the kind of its caller) for a with_stack frame name."""
+    """``launch``, ``compile``, ``program`` (the user's own code) or ``library`` (torch, the
+    standard library, builtins: takes the kind of its caller) for a with_stack frame name."""
     if _COMPILE_CODE.search(name):
         return "compile"
     if _LAUNCH_CODE.search(name):
@@ -268,35 +269,50 @@ def frame_code(name: str) -> str:
     return "program"
 
 
-def launch_code_spans(frames: list[Event]) -> Ranges:
-    """Where the innermost frame that is not library code is launch code (``frame_code``),
-    for one thread's frames sorted by (start, -duration): one sweep with a stack of the
-    open frames and the kind each one's time counts as."""
-    kinds = {ev.name for ev in frames}
-    if not any(frame_code(name) == "launch" for name in kinds):
+def launch_code_spans(frames: list[Event], within: Ranges) -> Ranges:
+    """The parts of ``within`` where the innermost frame that is not library code is launch
+    code (``frame_code``), for one thread's frames sorted by (start, -duration).
+
+    Library frames take the kind of their caller, so they are left out and the rest swept with
+    a stack of the open frames; only frames that overlap launch code inside ``within`` matter
+    (the walk up from an instant inside a launch-code frame ends at that frame at the latest)."""
+    kind = {name: frame_code(name) for name in {ev.name for ev in frames}}
+    if "launch" not in kind.values():
         return []
+    marked = [ev for ev in frames if kind[ev.name] != "library"]
+    region = intersect(within, merge_sorted(
+        [(ev.ts, ev.ts + ev.dur) for ev in marked if kind[ev.name] == "launch"]))
+    if not region:
+        return []
+    starts, ends = [a for a, _ in region], [b for _, b in region]
+    n = len(ends)
     out: Ranges = []
-    stack: list[tuple[float, bool]] = []  # (end, counts as launch code)
+    stack: list[tuple[float, bool]] = []  # (end, launch code)
     cursor = float("-inf")
-    for ev in frames:
+    for ev in marked:
         ts = ev.ts
+        end = ts + ev.dur
+        i = bisect_right(ends, ts)
+        if i == n or starts[i] >= end:
+            continue  # outside every launch-code part of the region
         while stack and stack[-1][0] <= ts:
-            end, launching = stack.pop()
-            if launching and end > cursor:
-                out.append((cursor, end))
-            cursor = max(cursor, end)
+            top_end, launching = stack.pop()
+            if top_end > cursor:
+                if launching:
+                    out.append((cursor, top_end))
+                cursor = top_end
         if stack and stack[-1][1] and ts > cursor:
             out.append((cursor, ts))
-        cursor = max(cursor, ts)
-        kind = frame_code(ev.name)
-        launching = (stack[-1][1] if stack else False) if kind == "library" else kind == "launch"
-        stack.append((ts + ev.dur, launching))
+        if ts > cursor:
+            cursor = ts
+        stack.append((end, kind[ev.name] == "launch"))
     while stack:
-        end, launching = stack.pop()
-        if launching and end > cursor:
-            out.append((cursor, end))
-        cursor = max(cursor, end)
-    return merge(out)
+        top_end, launching = stack.pop()
+        if top_end > cursor:
+            if launching:
+                out.append((cursor, top_end))
+            cursor = top_end
+    return intersect(merge_sorted(out), region)
 
 
 _LIBRARY_MARKS = ("site-packages/", "dist-packages/", "/lib/python3", "torch/", "<built-in",
@@ -576,7 +592,7 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
         if not cpu_model:
             # Python of the code that issues the launches (compiled wrappers, kernel
             # launchers, offloading hooks) is the launch path, however long it runs.
-            issuing = intersect(named, launch_code_spans(frames))
+            issuing = launch_code_spans(frames, named)
             if issuing:
                 painted["launch"] = merge(painted.get("launch", []) + issuing)
                 named = subtract(named, issuing)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gputop.diagnostics.trace_busy import busy_breakdown, copy_class
@@ -182,15 +183,15 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         rt.tid for rt in runtime_prog if rt.name in LAUNCH_APIS or rt.name in GRAPH_LAUNCH_APIS
     )
     main_tid = main_thread(data, launches_by_tid)
-    queued = _queued_inputs(data, runtime_prog) if gpu_present else None
 
-    def attributed(steps: list[Step]) -> tuple[Attribution, Ranges, list[int]]:
+    def attributed(steps: list[Step]):
         slots = merge((s.start, s.end) for s in steps)
         att = attribute(acts, launches, states, slots, main_tid, has_host,
-                        wake_us=0.0 if gpu_present else CPU_WAKE_US, queued=queued)
-        return att, slots, _primary_devices(att, slots)
+                        wake_us=0.0 if gpu_present else CPU_WAKE_US, keep_queued=gpu_present)
+        busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
+        return att, slots, busy_by_dev, _primary_devices(busy_by_dev)
 
-    att, slots, primary = attributed(win.steps)
+    att, slots, busy_by_dev, primary = attributed(win.steps)
     # One-off first or last steps are judged apart (trace_steps.steady_steps), by the time a
     # finding could charge in each step: everything but compute and communication.
     rows = per_step(att, win.steps, primary)
@@ -199,7 +200,8 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     one_off_rows = [rows[win.steps.index(step)] for step, _, _ in steady.one_offs]
     if steady.one_offs:
         win = steady
-        att, slots, primary = attributed(win.steps)
+        att, slots, busy_by_dev, primary = attributed(win.steps)
+        rows = per_step(att, win.steps, primary)
     steps = win.steps
     w0, w1 = win.start, win.end
 
@@ -220,12 +222,11 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     )
     _describe(m, data, win)
 
-    busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
     m.details["primary_devices"] = primary
     # Each collective (start, end, stream), for comparing the ranks of a job (trace_ranks).
     m.details["collectives"] = [(a.ts, a.end, a.stream) for a in acts
                                 if a.kind == "comm" and w0 <= a.ts < w1]
-    _step_breakdown(m, att, primary)
+    _step_breakdown(m, rows)
     if unrecorded is not None:
         m.values["host_breakdown"] = host_breakdown(states, main_tid, slots, steps)
     m.values["one_offs"] = [
@@ -234,7 +235,7 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     ]
     moves = [a for a in gacts if a.kind == "memcpy" or a.kind == "memset"]
     m.values["busy"] = busy_breakdown(att, moves, slots, primary, m.step_total_ms, gpu_present,
-                                      host_link(_device_name(data, primary)))
+                                      host_link(_device_name(data, primary)), busy_by_dev)
 
     slots_total = total(slots)
     gpu_busy_r = (att.busy[att.devices[0]] if len(att.devices) == 1
@@ -248,11 +249,12 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     }
     if gpu_present:
         _hta(m, data, acts, launches, gpu_busy_r, slots, win)
-    m.values["idle_attribution"] = _idle_attribution(m)
+    m.values["idle_attribution"] = _idle_attribution(
+        m, lambda: _queued_inputs(data, runtime_prog))
     ops = _host_ops(data)
     _dataloader(m, ops["dataloader-next"], slots)
     _sync(m, ops["item"], states, runtime_prog, slots, prof_sync,
-          _last_submission(launches, device_end_by_corr, main_tid, w1))
+          lambda: _last_submission(launches, device_end_by_corr, main_tid, w1))
     _copies(m, gacts, runtime_prog, slots, att)
     _communication(m, att, slots, data, ops["collective"], acts)
     launch_calls = sum(
@@ -278,11 +280,11 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     return m
 
 
-def _primary_devices(att: Attribution, slots: Ranges) -> list[int]:
-    busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
+def _primary_devices(busy_by_dev: dict[int, float]) -> list[int]:
+    """The devices the program drives: each busy a tenth of the busiest one's time or more."""
     top_busy = max(busy_by_dev.values(), default=0.0)
     return [d for d, b in busy_by_dev.items() if b >= PRIMARY_DEVICE_SHARE * top_busy] or list(
-        att.devices)
+        busy_by_dev)
 
 
 def _one_off(step: Step, position: str, excess_us: float, row: dict[str, float], acts,
@@ -415,19 +417,19 @@ def window_statement(source: str, n_steps: int, gpu_present: bool) -> str:
     return "nothing to judge"
 
 
-def _step_breakdown(m: TraceMetrics, att: Attribution, primary: list[int]) -> None:
-    rows = per_step(att, m.steps, primary)
+def _step_breakdown(m: TraceMetrics, rows: list[dict[str, float]]) -> None:
+    """``rows``: per step, the ms of each role (``trace_gaps.per_step``)."""
     totals = {role: sum(r[role] for r in rows) for role in (*ROLE_ORDER, "total")}
     m.roles_ms, m.per_step_roles_ms = totals, rows
     m.values["step_breakdown"] = {
         "ms": {k: r3(x) for k, x in totals.items()},
         "pct": {k: pct(totals[k], totals["total"]) for k in ROLE_ORDER},
         "per_step_ms": [{k: r3(x) for k, x in row.items()} for row in rows],
-        "devices": primary,
+        "devices": m.details["primary_devices"],
     }
 
 
-def _idle_attribution(m: TraceMetrics) -> dict:
+def _idle_attribution(m: TraceMetrics, name_inputs: Callable[[], Queued]) -> dict:
     """Per idle cause: its time, share of the window and, for causes that name something,
     what the launching thread was doing."""
     out = {}
@@ -440,7 +442,7 @@ def _idle_attribution(m: TraceMetrics) -> dict:
         if cause not in ("queued", "unrecorded"):
             row["top"] = [[label, r3(x)] for label, x in m.top_labels(cause, 5)]
         if cause == "queued" and m.attribution is not None:
-            row["waits_for"] = waits_for(m.attribution.queued_why,
+            row["waits_for"] = waits_for(m.attribution, name_inputs,
                                          len(m.details.get("primary_devices", [])))
         out[cause] = row
     return out
@@ -493,7 +495,8 @@ def _last_submission(launches: dict[int, Launch], device_end_by_corr: dict[int, 
     return last
 
 
-def _sync(m, item_ops, states, runtime_prog, slots, prof_sync, last_submission: float) -> None:
+def _sync(m, item_ops, states, runtime_prog, slots, prof_sync,
+          last_submission: Callable[[], float]) -> None:
     w0, w1 = m.window
     blocked = merge(r for st in states.values() for r in st.painted.get("sync", []))
     blocked_ms = total(intersect(blocked, slots)) / 1e3
@@ -510,7 +513,10 @@ def _sync(m, item_ops, states, runtime_prog, slots, prof_sync, last_submission: 
     main = states.get(m.attribution.main_tid) if m.attribution else None
     # A read after which the thread submits no more device work blocks nothing (a final
     # .cpu() of the output while the GPU finishes): the pipeline has nothing left to run ahead.
-    reads = [r for r in main.reads if r[1] <= last_submission] if main is not None else []
+    reads = main.reads if main is not None else []
+    if reads:
+        last = last_submission()
+        reads = [r for r in reads if r[1] <= last]
     reads_ms = total(intersect(reads, slots)) / 1e3
     m.values["sync"] = {
         "host_blocked_ms": r3(blocked_ms),

@@ -23,10 +23,13 @@ included) is charged for queued idle; HTA leaves such time as "other" idle.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from collections.abc import Callable
 from typing import NamedTuple
 
+from gputop.diagnostics.trace_gaps import Attribution
 from gputop.diagnostics.trace_intervals import RangeIndex, Ranges
 
 STREAM_WAIT_APIS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
@@ -125,13 +128,27 @@ def queued_label(reason: str, detail: str) -> str:
     return f"{text} ({detail})"
 
 
-def waits_for(queued_why: dict[tuple[str, str], float], n_devices: int) -> list[dict]:
+def waits_for(att: Attribution, name_inputs: Callable[[], Queued], n_devices: int,
+              limit: int = 300) -> list[dict]:
     """Queued idle by what it waited for, largest first: ``{"reason", "label", "ms"}``, ms per
-    device (averaged like the step breakdown). Details beyond the top five of a reason are
-    summed under the reason alone."""
+    device (averaged like the step breakdown). As with the idle labels, only the ``limit``
+    longest pieces are named (the rest are summed as shorter pieces), and details beyond the
+    top five of a reason are summed under the reason alone."""
+    pieces = att.queued_pieces
+    if not pieces:
+        return []
+    longest = heapq.nsmallest(limit, pieces, key=lambda p: p[0] - p[1])
+    q = name_inputs()
+    namers: dict[int, Namer] = {}
+    why: dict[tuple[str, str], float] = defaultdict(float)
+    for g0, g1, dev, filler, launch in longest:
+        if dev not in namers:
+            namers[dev] = Namer(q, dev, att.by_device[dev], att.launches,
+                                {d: b for d, b in att.busy.items() if d != dev})
+        why[namers[dev].why(filler, launch, g0, g1)] += g1 - g0
     rows: dict[tuple[str, str], float] = {}
     per_reason: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for (reason, detail), us in queued_why.items():
+    for (reason, detail), us in why.items():
         per_reason[reason].append((detail, us))
     for reason, details in per_reason.items():
         details.sort(key=lambda d: -d[1])
@@ -140,8 +157,11 @@ def waits_for(queued_why: dict[tuple[str, str], float], n_devices: int) -> list[
         rest = sum(us for _, us in details[5:])
         if rest:
             rows[(reason, "")] = rows.get((reason, ""), 0.0) + rest
+    shorter = sum(g1 - g0 for g0, g1, *_ in pieces) - sum(g1 - g0 for g0, g1, *_ in longest)
     n = max(1, n_devices)
-    out = [{"reason": reason, "label": queued_label(reason, detail),
-            "ms": round(us / 1e3 / n, 3)}
+    out = [{"reason": reason, "label": queued_label(reason, detail), "ms": round(us / 1e3 / n, 3)}
            for (reason, detail), us in sorted(rows.items(), key=lambda kv: -kv[1])]
+    if shorter:
+        out.append({"reason": "unnamed", "label": "shorter pieces not named",
+                    "ms": round(shorter / 1e3 / n, 3)})
     return [row for row in out if row["ms"] > 0]
