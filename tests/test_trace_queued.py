@@ -7,8 +7,10 @@ the traces are written in Kineto's own schema (tests/kineto_trace.py).
 
 from __future__ import annotations
 
+import pytest
+
 from gputop.diagnostics.trace import analyze_trace
-from tests.conftest import run_cli
+from tests.conftest import TRACES, run_cli
 from tests.kineto_trace import KinetoTrace
 
 
@@ -79,3 +81,16 @@ def test_a_cross_stream_dependency_is_named_with_its_streams(tmp_path):
     assert "wait_stream" in top.fix
     report = run_cli("analyze", str(path)).stdout
     assert "queued" in report and "waiting for a cross-stream dependency" in report, report
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
+def test_queued_idle_in_a_real_trace_is_named_and_raised():
+    # hta_timeline_rank0: a sampled rank of a 128-rank job; a quarter of its window is work
+    # queued behind what the sampling left out. Named and raised on its own, never a sync.
+    a = analyze_trace(TRACES / "hta_timeline_rank0.json.gz")
+    queued = a.metrics["idle_attribution"]["queued"]
+    assert queued["pct"] > 20 and queued["waits_for"], queued
+    assert {row["reason"] for row in queued["waits_for"]} <= {
+        "graph", "stream-wait", "other-device", "collective", "unrecorded", "unnamed"}
+    assert any("work already queued" in f.title for f in a.findings if f.id == "gpu-idle")
+    assert "host-sync" not in {f.id for f in a.findings}
