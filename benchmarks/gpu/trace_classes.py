@@ -122,7 +122,7 @@ def check(case: str, doc: dict) -> tuple[bool, str]:
     raised = {f["id"] for f in doc["findings"] if f["severity"] in ("warning", "critical")}
     if case == "h2d_bound":
         h2d = m["busy"]["classes"]["h2d"]
-        ok = verdict == "copy-bound" and h2d["bytes"] >= 3 * GIB and h2d["gb_per_s"]
+        ok = verdict == "copy-bound" and h2d["bytes"] >= 3 * GIB and bool(h2d["gb_per_s"])
         return ok, (f"h2d {h2d['bytes'] / GIB:.2f} GiB at {h2d['gb_per_s']} GB/s "
                     f"({h2d.get('link_pct')}% of {(m['busy']['link'] or {}).get('name')})")
     if case == "final_read":
@@ -133,7 +133,7 @@ def check(case: str, doc: dict) -> tuple[bool, str]:
         return ok, f"one-offs {offs}"
     if case == "cpu_only_activities":
         device = {"gpu-idle", "launch-bound", "host-sync", "communication", "copy-bound"}
-        ok = verdict != "healthy" and not raised & device and m["trace"]["gpu_unrecorded"]
+        ok = verdict != "healthy" and not raised & device and bool(m["trace"]["gpu_unrecorded"])
         return ok, f"gpu_unrecorded: {m['trace']['gpu_unrecorded']}"
     if case == "compiled":
         top = (m.get("idle_attribution", {}).get("launch", {}).get("top") or [[""]])[0][0]
