@@ -6,22 +6,25 @@ imports and parsing: what a user waits for. For each trace it runs
 - ``gputop analyze --json TRACE``: the CLI as users run it;
 - the gputop engine alone: ``diagnostics.trace.analyze_trace`` in a bare interpreter (what
   ``gputop capture`` runs after a capture), which shows the CLI's own start-up cost apart;
-- Holistic Trace Analysis: its temporal breakdown and idle-time breakdown
-  (``pip install 'gputop[bench]'``),
+- Holistic Trace Analysis: its temporal breakdown and idle-time breakdown, in an environment
+  HTA supports: HTA 0.5 fails on pandas 3 (an int16 dtype error on some traces), so it runs in a
+  virtual environment of its own with ``holistictraceanalysis==0.5.0`` and ``pandas<3``, which
+  this script creates on first use (about 2 minutes, 0.5 GB; in ``$GPUTOP_HTA_VENV``, default
+  ``~/.cache/gputop/hta-venv``; ``--hta-python`` names an interpreter that has HTA instead),
 
 ``--repeat`` times each, interleaved, and prints the best wall time (as timeit does: background
 load only ever adds time), the median peak RSS, the ratios, and both GPU-idle percentages
-(gputop's ``metrics.temporal.idle_pct`` is defined as HTA's ``idle_time_pctg``).
+(gputop's ``metrics.temporal.idle_pct`` is defined as HTA's ``idle_time_pctg``; traces without
+GPU activity have none). The summary gives the geometric-mean ratios over every trace both tools
+analysed and names every trace HTA could not read, with HTA's error.
 Goal: at least 5x faster, at most half the memory, idle within 2 points.
 
-    python benchmarks/bench_analyze.py [TRACE ...] [--repeat N]
+    python benchmarks/bench_analyze.py [TRACE ...] [--repeat N] [--hta-python PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.util
 import json
 import math
 import os
@@ -39,9 +42,13 @@ import json, sys
 from gputop.diagnostics.trace import analyze_trace
 a = analyze_trace(sys.argv[1])
 with open(sys.argv[2], "w") as fh:
-    json.dump({"idle": a.metrics["temporal"]["idle_pct"],
+    json.dump({"idle": a.metrics.get("temporal", {}).get("idle_pct"),
                "gpu": a.metrics["trace"]["gpu_activity"], "verdict": a.verdict}, fh)
 """
+# HTA's own environment: the release measured, on the pandas it supports.
+HTA_REQUIREMENTS = ("holistictraceanalysis==0.5.0", "pandas<3")
+HTA_VENV = Path(os.environ.get("GPUTOP_HTA_VENV")
+                or Path.home() / ".cache" / "gputop" / "hta-venv")
 
 HTA = """
 import json, os, sys, tempfile, warnings
@@ -100,7 +107,34 @@ def measured(cmd: list[str], env: dict) -> dict:
         }
 
 
-def run_tool(tool: str, trace: Path, env: dict) -> dict:
+def hta_python(venv: Path = HTA_VENV) -> Path:
+    """The interpreter of HTA's environment, created on first use (``HTA_REQUIREMENTS``)."""
+    python = venv / "bin" / "python"
+    stamp = venv / ".gputop-requirements"
+    wanted = "\n".join(HTA_REQUIREMENTS)
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    print(f"bench_analyze: creating HTA's environment in {venv} ({', '.join(HTA_REQUIREMENTS)}; "
+          "first use only, a few minutes)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q",
+                          "--disable-pip-version-check", *HTA_REQUIREMENTS],
+                         capture_output=True, text=True)
+    if pip.returncode != 0:
+        raise SystemExit(f"bench_analyze: could not install {' '.join(HTA_REQUIREMENTS)}:\n"
+                         + "\n".join(pip.stderr.splitlines()[-5:]))
+    stamp.write_text(wanted)
+    return python
+
+
+def hta_version(python: Path) -> str:
+    out = subprocess.run([str(python), "-c", "import importlib.metadata as m, pandas; print("
+                          "m.version('holistictraceanalysis'), pandas.__version__)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return f"{out[0]} (pandas {out[1]})"
+
+
+def run_tool(tool: str, trace: Path, env: dict, hta: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         if tool == "cli":
@@ -108,11 +142,11 @@ def run_tool(tool: str, trace: Path, env: dict) -> dict:
         elif tool == "engine":
             cmd = [sys.executable, "-c", ENGINE, str(trace), str(result)]
         else:
-            cmd = [sys.executable, "-c", HTA, str(trace), str(result)]
+            cmd = [str(hta), "-c", HTA, str(trace), str(result)]
         row = measured(cmd, env)
         if row["ok"] and tool == "cli":
             metrics = json.loads(row["stdout"])["metrics"]
-            row["idle"] = metrics["temporal"]["idle_pct"]
+            row["idle"] = metrics.get("temporal", {}).get("idle_pct")
             row["gpu"] = metrics["trace"]["gpu_activity"]
             row["events"] = metrics["trace"]["events"]
         elif row["ok"]:
@@ -131,7 +165,7 @@ def best_of(rows: list[dict]) -> dict:
 
 
 def fmt_idle(row: dict) -> str:
-    if row.get("gpu") is False:
+    if row.get("gpu") is False or row.get("idle") is None:
         return "n/a (no GPU)"
     return f"{row['idle']:.2f}"
 
@@ -140,22 +174,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="*", type=Path, help=f"default: all in {TRACES}")
     parser.add_argument("--repeat", type=int, default=3, help="runs per tool and trace")
+    parser.add_argument("--hta-python", type=Path, default=None, metavar="PATH",
+                        help="a Python that has HTA (default: HTA's own environment, "
+                        f"created on first use in {HTA_VENV})")
     args = parser.parse_args()
-    if importlib.util.find_spec("hta") is None:
-        print(
-            "Holistic Trace Analysis is not installed: pip install 'gputop[bench]'", file=sys.stderr
-        )
-        return 2
     traces = args.traces or sorted(p for p in TRACES.glob("*.json*") if p.is_file())
     if not traces:
         print(f"no traces given and none in {TRACES}", file=sys.stderr)
         return 2
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    hta_version = importlib.metadata.version("holistictraceanalysis")
+    hta = args.hta_python or hta_python()
     baseline = measured([sys.executable, "-c", "pass"], env)
 
-    print(f"gputop analyze vs Holistic Trace Analysis {hta_version}, a fresh process per run:")
+    print(f"gputop analyze vs Holistic Trace Analysis {hta_version(hta)}, a fresh process per "
+          "run:")
     print(f"best wall time of {args.repeat} interleaved runs (start-up, imports and parsing")
     print("included) and median peak RSS.")
     print(
@@ -167,12 +200,13 @@ def main() -> int:
     print("-" * len(header))
 
     summary = []
+    unread: list[tuple[str, str]] = []
     labels = {"cli": "gputop analyze", "engine": "gputop engine", "hta": "HTA"}
     for trace in traces:
         runs: dict[str, list[dict]] = {tool: [] for tool in labels}
         for _ in range(args.repeat):
             for tool in runs:
-                runs[tool].append(run_tool(tool, trace, env))
+                runs[tool].append(run_tool(tool, trace, env, hta))
         res = {tool: best_of(rows) for tool, rows in runs.items()}
         size = trace.stat().st_size / 2**20
         events = f", {res['cli']['events']:,} events" if res["cli"].get("events") else ""
@@ -183,12 +217,15 @@ def main() -> int:
                 print(f"{'':<36} {label:<16} {r['wall']:>7.2f} {r['rss']:>9.0f} {fmt_idle(r):>13}")
             else:
                 print(f"{'':<36} {label:<16} failed: {r['error'][:70]}")
-        cli, eng, hta = res["cli"], res["engine"], res["hta"]
-        if cli["ok"] and eng["ok"] and hta["ok"]:
-            speed, mem = hta["wall"] / cli["wall"], cli["rss"] / hta["rss"]
-            e_speed, e_mem = hta["wall"] / eng["wall"], eng["rss"] / hta["rss"]
-            gpu = cli.get("gpu") is not False
-            diff = abs(cli["idle"] - hta["idle"]) if gpu else float("nan")
+        cli, eng, ref = res["cli"], res["engine"], res["hta"]
+        if not ref["ok"]:
+            unread.append((trace.name, ref["error"]))
+        if cli["ok"] and eng["ok"] and ref["ok"]:
+            speed, mem = ref["wall"] / cli["wall"], cli["rss"] / ref["rss"]
+            e_speed, e_mem = ref["wall"] / eng["wall"], eng["rss"] / ref["rss"]
+            gpu = cli.get("gpu") is not False and cli.get("idle") is not None
+            gpu = gpu and ref.get("idle") is not None
+            diff = abs(cli["idle"] - ref["idle"]) if gpu else float("nan")
             diff_txt = f"{diff:.2f} points" if gpu else "n/a"
             print(
                 f"{'':<36} ratios: analyze {speed:.1f}x faster, {mem:.2f}x the memory; "
@@ -201,6 +238,11 @@ def main() -> int:
 
     if summary:
         _summarise(summary, len(traces))
+    if unread:
+        print(f"  HTA could not read {len(unread)} of {len(traces)} traces (left out of the "
+              "ratios):")
+        for name, error in unread:
+            print(f"    {name}: {error[:100]}")
     return 0
 
 

@@ -6,7 +6,9 @@
   function, named);
 - a trace without steps is judged only where both sides were recorded (the profiler's edges
   are not the program's);
-- a trace of compilation is start-up (cold-start), not a steady-state problem.
+- a trace of compilation is start-up (cold-start), not a steady-state problem;
+- a one-off first step (a 0.2 s wait once) or a last step that holds only the time before the
+  profiler stops is judged apart: the steady steps decide the verdict.
 
 Without a GPU, the device is the CPU's own compute (the operators) and the collectives a gloo
 thread runs; the same attribution code serves GPU traces (tests/test_trace_shared.py).
@@ -64,7 +66,8 @@ def traces(tmp_path_factory) -> dict[str, Path]:
 
     try:
         return {case: record(spawn, tmp, case)
-                for case in ("busy_wait", "python_after_sync", "no_steps", "cold_start")}
+                for case in ("busy_wait", "python_after_sync", "no_steps", "cold_start",
+                             "one_off_first", "profiler_tail")}
     finally:
         for p in started:
             if p.poll() is None:
@@ -131,3 +134,20 @@ def test_the_cli_reports_the_window_and_the_idle_causes(traces):
     assert proc.returncode == 0, proc.stderr
     assert "Window: 4 profiler step(s)" in proc.stdout
     assert "H idle: host work" in proc.stdout and "preprocess_batch" in proc.stdout
+
+
+@pytest.mark.timeout(6 * SLOW)
+@pytest.mark.parametrize("case,position,step", [("one_off_first", "first", "ProfilerStep#1"),
+                                                ("profiler_tail", "last", "ProfilerStep#6")])
+def test_one_off_edge_steps_are_judged_apart(traces, case, position, step):
+    a = analyze_trace(traces[case])
+    # The steady compute steps are healthy; the 0.2 s the edge step spends idle would have made
+    # the whole window gpu-idle (critical).
+    assert a.verdict == "healthy", (a.findings, a.metrics["one_offs"])
+    (one_off,) = a.metrics["one_offs"]
+    assert one_off["step"] == step and one_off["position"] == position
+    assert one_off["excess_ms"] >= 150 and one_off["top"][0][0] == "host"
+    assert step not in a.metrics["steps"]["names"] and a.metrics["steps"]["count"] >= 4
+    assert "left out as a one-off" in a.metrics["window"]["judged"]
+    proc = run_cli("analyze", str(traces[case]))
+    assert f"One-off {position} step, not judged: {step}" in proc.stdout, proc.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -36,8 +37,13 @@ def test_catalogue_matches_the_design_table():
         pytest.skip("../shared/DESIGN.md not present")
     ids = re.findall(r"^\| `([a-z-]+)` \|", design.read_text(), flags=re.M)
     assert len(ids) >= 17
-    assert list(CATALOGUE) == ids
-    assert all(CATALOGUE[i] for i in ids)
+    # DESIGN.md's ids first, in its order; then the ids docs/ARCHITECTURE.md records as
+    # departures from it, each with its reason.
+    assert list(CATALOGUE)[: len(ids)] == ids
+    extra = list(CATALOGUE)[len(ids):]
+    architecture = (Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md").read_text()
+    assert all(f"`{i}`" in architecture for i in extra), extra
+    assert all(CATALOGUE[i] for i in CATALOGUE)
 
 
 def test_unknown_ids_and_severities_are_rejected():

@@ -79,4 +79,6 @@ def test_any_subset_of_a_real_trace_analyses_or_fails_cleanly(tmp_path, seed, ke
         return
     out = result.to_json()
     json.dumps(out, allow_nan=False)  # serialisable, no NaN/inf
-    assert out["verdict"] == "healthy" or out["verdict"] in [f["id"] for f in out["findings"]]
+    # healthy, a finding raised, or (GPU activity cut out) not assessed with the reason said
+    assert out["verdict"] == "healthy" or out["verdict"] in [f["id"] for f in out["findings"]] or (
+        out["verdict"] == "not-assessed" and out["metrics"]["trace"]["gpu_unrecorded"])

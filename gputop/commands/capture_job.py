@@ -114,7 +114,8 @@ def _text(result, analyses, cross) -> str:
              f"recorded steps from {first} (job {result.job.job_id})"]
     for a, rc in sorted(analyses, key=lambda x: (x[1].agent.rank is None, x[1].agent.rank)):
         top = next((f for f in a.findings if f.severity != "info"), None)
-        what = f"{top.id}: {top.title}" if top else f"{a.verdict}: {a.healthy_reason or 'healthy'}"
+        what = (f"{top.id}: {top.title}" if top else
+                f"{a.verdict}: {a.healthy_reason}" if a.healthy_reason else a.verdict)
         lines.append(f"  rank {rc.agent.rank} (pid {rc.agent.pid}): {what}")
     lines.append("")
     if cross is not None:

@@ -33,6 +33,8 @@ CATALOGUE: dict[str, str] = {
     "imbalance": "GPUs of one job do unequal work (a straggler)",
     "hardware-errors": "XID / ECC / remapped-row events",
     "cold-start": "the trace is start-up (context, first allocations, autotune, compile)",
+    # Beyond DESIGN.md's table (docs/ARCHITECTURE.md, departures): a trace-only cause.
+    "copy-bound": "host-device copies bound the step (the link, not compute, sets its pace)",
 }
 
 
@@ -105,6 +107,11 @@ def order_findings(findings: Iterable[Finding]) -> list[Finding]:
 def actionable(findings: Iterable[Finding]) -> list[Finding]:
     """Findings of severity warning or worse, in the given order."""
     return [f for f in findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK["warning"]]
+
+
+# The verdict of a trace whose GPU activity was not recorded and whose host shows no problem:
+# nothing may be said about the device, healthy included.
+NOT_ASSESSED = "not-assessed"
 
 
 def verdict(findings: Iterable[Finding]) -> str:

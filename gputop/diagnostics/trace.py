@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gputop.diagnostics.findings import Finding, healthy_reason, order_findings, verdict
+from gputop.diagnostics.findings import (
+    NOT_ASSESSED,
+    Finding,
+    healthy_reason,
+    order_findings,
+    verdict,
+)
 from gputop.diagnostics.next_steps import app_of
 from gputop.diagnostics.trace_load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
 from gputop.diagnostics.trace_metrics import TraceMetrics, compute_metrics
@@ -102,12 +108,16 @@ def analyze_trace(
 
 def _analysis(path: str, tm: TraceMetrics, findings: list[Finding]) -> TraceAnalysis:
     findings = order_findings(findings)
+    judged = verdict(findings)
+    if judged == "healthy" and tm.gpu_unrecorded:
+        judged = NOT_ASSESSED  # no device was measured: healthy would be a device verdict
     return TraceAnalysis(
         file=path,
         metrics=tm.to_json(),
         findings=findings,
-        verdict=verdict(findings),
-        healthy_reason=healthy_reason(findings, healthy_summary(tm)),
+        verdict=judged,
+        healthy_reason=(healthy_reason(findings, healthy_summary(tm))
+                        if judged == "healthy" else None),
         assessed=list(tm.assessed),
         not_assessed=list(tm.not_assessed),
         rank=tm.rank,
@@ -171,5 +181,7 @@ def attach_findings(analysis: TraceAnalysis, extra: Sequence[Finding]) -> None:
         return
     analysis.findings = order_findings([*analysis.findings, *extra])
     analysis.verdict = verdict(analysis.findings)
+    if analysis.verdict == "healthy" and analysis.details and analysis.details.gpu_unrecorded:
+        analysis.verdict = NOT_ASSESSED
     summary = healthy_summary(analysis.details) if analysis.details else "analysed"
     analysis.healthy_reason = healthy_reason(analysis.findings, summary)

@@ -7,10 +7,13 @@ work that ends it (the next activity on that device) and the host call that laun
   ran dry until the launch, the cause is what the launching thread was doing
   (``trace_host``: a sync, a DataLoader fetch, an allocator call, start-up, the launch path,
   host work, nothing profiled); from the launch to the start of the work, the launch itself.
-- the launch came *before*: the work was already queued and the device waited on something
-  else (another stream, another device or process, work from before the trace): ``queued``, not
-  the host's doing, unless the launching thread sat in a synchronisation meanwhile (it waits on
-  the same thing, and while it waits it queues nothing more): ``sync``.
+- the launch call was still running when the device ran dry: the device waits for it (the
+  launch path, or what blocked inside the call: a synchronous copy, module loading).
+- the launch had returned *before*: the work was already queued and the device waited on a
+  dependency (a CUDA graph's own order, another stream's event, another device, something the
+  trace did not record): ``queued``, named by ``trace_queued``. Never the host's doing, even
+  when the launching thread sat in a synchronisation meanwhile: it waited on the same
+  dependency, and syncing less would not have started the work sooner.
 - no launch recorded (a trace without CPU events): ``unrecorded``.
 
 A synchronisation therefore costs only the idle time it overlaps: a sync that waited on a busy
@@ -167,6 +170,11 @@ class Attribution:
     busy: dict[int, Ranges] = field(default_factory=dict)  # union of activity, per device
     kinds: dict[int, dict[str, Ranges]] = field(default_factory=dict)  # per kind, per device
     main_tid: object = None
+    # Queued idle pieces, to name what the work waited for (lazily, ``trace_queued``):
+    # (start, end, device, the work that ended the gap, its launch).
+    queued_pieces: list[tuple[float, float, int, Activity, Launch]] = field(default_factory=list)
+    by_device: dict[int, list[Activity]] = field(default_factory=dict)
+    launches: dict[int, Launch] = field(default_factory=dict)
 
     def ranges(self, role: str) -> Ranges:
         """The role's ranges over every device, as one sorted list (may overlap across
@@ -208,13 +216,16 @@ def attribute(
     main_tid: object,
     has_host: bool,
     wake_us: float = 0.0,
+    keep_queued: bool = False,
 ) -> Attribution:
     """``wake_us``: how long a thread already blocked when the device finished may take to run
-    again (see ``CPU_WAKE_US``); that start of the idle is the host's reaction, not a sync."""
+    again (see ``CPU_WAKE_US``); that start of the idle is the host's reaction, not a sync.
+    ``keep_queued``: keep the queued pieces, to name what they waited for (``trace_queued``)."""
     by_device: dict[int, list[Activity]] = defaultdict(list)
     for a in acts:
         by_device[a.device].append(a)
-    att = Attribution(devices=sorted(by_device), main_tid=main_tid)
+    att = Attribution(devices=sorted(by_device), main_tid=main_tid, by_device=by_device,
+                      launches=launches)
     roles: dict[str, dict[int, Ranges]] = defaultdict(dict)
     owners: dict[str, list[tuple[float, float, object]]] = defaultdict(list)
     empty = ThreadStates(None)
@@ -226,11 +237,11 @@ def attribute(
             if inside:
                 roles[role][dev] = inside
         if len(kinds) == 1:
-            busy = next(iter(kinds.values()))
+            att.busy[dev] = next(iter(kinds.values()))
         else:
-            busy = merge(r for ranges in kinds.values() for r in ranges)
-        att.busy[dev] = busy
-        idle = subtract(slots, busy)
+            att.busy[dev] = merge(r for ranges in kinds.values() for r in ranges)
+    for dev, dacts in by_device.items():
+        idle = subtract(slots, att.busy[dev])
         att.gaps[dev] = idle
         if not idle:
             continue
@@ -241,7 +252,7 @@ def attribute(
         # Per launching thread: the parts the host caused, the launch itself, and queued time.
         host_parts: dict[object, Ranges] = defaultdict(list)
         launch_parts: dict[object, Ranges] = defaultdict(list)
-        queued_parts: dict[object, Ranges] = defaultdict(list)
+        queued_parts: Ranges = []
         wake_parts: Ranges = []
         for g0, g1 in idle:
             i = bisect_left(starts, g1)
@@ -268,8 +279,16 @@ def attribute(
                 host_parts[tid].append((g0, cut))
                 if g1 > cut:
                     launch_parts[tid].append((cut, g1))
+            elif launch.end > g0:
+                # The launch call was still running when the device ran dry: it is what the
+                # device waits for (or what blocked inside it: a synchronous copy, loading).
+                launch_parts[tid].append((g0, g1))
             else:
-                queued_parts[tid].append((g0, g1))
+                # Launched and returned before the device ran dry: queued behind a dependency,
+                # never the host's doing (``trace_queued``).
+                queued_parts.append((g0, g1))
+                if keep_queued:
+                    att.queued_pieces.append((g0, g1, dev, filler, launch))
         dev_roles: dict[str, list[tuple[float, float]]] = defaultdict(list)
         dev_roles["launch"].extend(wake_parts)
         for tid, parts in host_parts.items():
@@ -292,15 +311,7 @@ def attribute(
             rest = subtract(parts, merge(special)) if special else parts
             dev_roles["launch"].extend(rest)
             owners["launch"].extend((s, e, tid) for s, e in rest)
-        for tid, parts in queued_parts.items():
-            st = states.get(tid, empty)
-            parts = merge_sorted(parts)
-            waiting = st.in_state("sync", parts)
-            if waiting:
-                dev_roles["sync"].extend(waiting)
-                owners["sync"].extend((s, e, tid) for s, e in waiting)
-                parts = subtract(parts, waiting)
-            dev_roles["queued"].extend(parts)
+        dev_roles["queued"].extend(queued_parts)
         for role, spans in dev_roles.items():
             merged = merge(spans)
             if merged:

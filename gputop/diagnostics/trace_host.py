@@ -24,6 +24,7 @@ libraries). ``record_function`` ranges and user annotations (``## forward ##``,
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -35,6 +36,7 @@ from gputop.diagnostics.trace_intervals import (
     Ranges,
     intersect,
     merge,
+    merge_sorted,
     subtract,
 )
 from gputop.diagnostics.trace_kernels import (
@@ -230,6 +232,87 @@ def python_label(name: str) -> str:
         return name
     path, _, line = head.rpartition("(")
     return f"{func} ({path.rsplit('/', 1)[-1]}:{line})"
+
+
+# Python whose job is to issue device work, by where its code lives (with_stack frame names,
+# ``path(line): function``): the wrappers torch.compile generates (Inductor's output code, in
+# the torchinductor_<user> cache) and the runtime that calls them (Inductor's runtime and CUDA
+# graph trees, AOT autograd's runtime wrappers), Triton's launchers (JIT specialisation, the
+# driver's launch), and module hooks that move weights to the device before a forward
+# (accelerate's and diffusers' offloading hooks).
+_LAUNCH_CODE = re.compile(
+    r"torchinductor_|(?:^|/)torch/_inductor/(?:runtime/|cudagraph_trees\.py|output_code\.py)"
+    r"|(?:^|/)torch/_functorch/_aot_autograd/runtime_wrappers\.py"
+    r"|(?:^|/)triton/(?:runtime/|backends/|knobs\.py)"
+    r"|(?:^|/)triton/compiler/compiler\.py\(\d+\): (?:run|launch_metadata|__getattribute__|"
+    r"_init_handles)"
+    r"|(?:^|/)accelerate/hooks\.py|(?:^|/)diffusers/hooks/"
+)
+# Compilation is not a launch even inside a launcher (Triton's JIT compiles on a first call).
+_COMPILE_CODE = re.compile(
+    r"(?:^|/)triton/compiler/(?!compiler\.py\(\d+\): (?:run|launch_metadata|__getattribute__"
+    r"|_init_handles))|(?:^|/)torch/_inductor/(?:compile_fx|codecache|graph|scheduler|codegen/"
+    r"|select_algorithm|autotune_process|async_compile)|(?:^|/)torch/_dynamo/"
+)
+
+
+@lru_cache(maxsize=16384)
+def frame_code(name: str) -> str:
+    """``launch``, ``compile``, ``program`` (the user's own code) or ``library`` (torch, the
+    standard library, builtins: takes the kind of its caller) for a with_stack frame name."""
+    if _COMPILE_CODE.search(name):
+        return "compile"
+    if _LAUNCH_CODE.search(name):
+        return "launch"
+    if any(mark in name for mark in _LIBRARY_MARKS):
+        return "library"
+    return "program"
+
+
+def launch_code_spans(frames: list[Event], within: Ranges) -> Ranges:
+    """The parts of ``within`` where the innermost frame that is not library code is launch
+    code (``frame_code``), for one thread's frames sorted by (start, -duration).
+
+    Library frames take the kind of their caller, so they are left out and the rest swept with
+    a stack of the open frames; only frames that overlap launch code inside ``within`` matter
+    (the walk up from an instant inside a launch-code frame ends at that frame at the latest)."""
+    kind = {name: frame_code(name) for name in {ev.name for ev in frames}}
+    if "launch" not in kind.values():
+        return []
+    marked = [ev for ev in frames if kind[ev.name] != "library"]
+    region = intersect(within, merge_sorted(
+        [(ev.ts, ev.ts + ev.dur) for ev in marked if kind[ev.name] == "launch"]))
+    if not region:
+        return []
+    starts, ends = [a for a, _ in region], [b for _, b in region]
+    n = len(ends)
+    out: Ranges = []
+    stack: list[tuple[float, bool]] = []  # (end, launch code)
+    cursor = float("-inf")
+    for ev in marked:
+        ts = ev.ts
+        end = ts + ev.dur
+        i = bisect_right(ends, ts)
+        if i == n or starts[i] >= end:
+            continue  # outside every launch-code part of the region
+        while stack and stack[-1][0] <= ts:
+            top_end, launching = stack.pop()
+            if top_end > cursor:
+                if launching:
+                    out.append((cursor, top_end))
+                cursor = top_end
+        if stack and stack[-1][1] and ts > cursor:
+            out.append((cursor, ts))
+        if ts > cursor:
+            cursor = ts
+        stack.append((end, kind[ev.name] == "launch"))
+    while stack:
+        top_end, launching = stack.pop()
+        if top_end > cursor:
+            if launching:
+                out.append((cursor, top_end))
+            cursor = top_end
+    return intersect(merge_sorted(out), region)
 
 
 _LIBRARY_MARKS = ("site-packages/", "dist-packages/", "/lib/python3", "torch/", "<built-in",
@@ -506,6 +589,13 @@ def _paint(tid, groups, copy_kind, cpu_model: bool) -> ThreadStates:
     host = painted.pop("op_host", [])
     if frames and long:
         named = intersect(long, merge(_spans(_outermost(frames))))
+        if not cpu_model:
+            # Python of the code that issues the launches (compiled wrappers, kernel
+            # launchers, offloading hooks) is the launch path, however long it runs.
+            issuing = launch_code_spans(frames, named)
+            if issuing:
+                painted["launch"] = merge(painted.get("launch", []) + issuing)
+                named = subtract(named, issuing)
         host = merge(host + named)
     st.device = painted.pop("device", [])
     if host:

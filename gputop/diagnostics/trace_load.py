@@ -65,6 +65,8 @@ class EventArgs(msgspec.Struct, gc=False):
     # python_function frames: their own id and their caller's (the frame tree of with_stack).
     python_id: int | float | str | None = msgspec.field(default=None, name="Python id")
     python_parent_id: int | float | str | None = msgspec.field(default=None, name="Python parent id")
+    # cuda_sync "Stream Wait Event" records: the stream whose event the stream waits on.
+    wait_on_stream: int | str | None = None
 
 
 class Event(msgspec.Struct, gc=False):
@@ -119,6 +121,10 @@ _ROLE_OF_CATEGORY = {
     "gpu_memset": "memset",
     "memset": "memset",
     "cuda_sync": "gpu_sync",
+    # GPU work seen only as ranges: CUPTI range-profiler kernels (counters, no timing) and the
+    # device-side copies of record_function ranges; evidence of a GPU, never measured.
+    "cuda_profiler_range": "gpu_range",
+    "gpu_user_annotation": "gpu_range",
 }
 
 
@@ -152,6 +158,7 @@ class TraceData:
     memcpys: list[Event] = field(default_factory=list)
     memsets: list[Event] = field(default_factory=list)
     gpu_syncs: list[Event] = field(default_factory=list)  # cuda_sync (device-side waits)
+    gpu_ranges: list[Event] = field(default_factory=list)  # cuda_profiler_range, gpu annotations
     memory: list[Event] = field(default_factory=list)  # "[memory]" instant events
     profiler_span: tuple[float, float] | None = None  # the "PyTorch Profiler (0)" span
     n_events: int = 0
@@ -368,6 +375,7 @@ def _file_events(data: TraceData, events: list[Event]) -> None:
         "memcpy": data.memcpys.append,
         "memset": data.memsets.append,
         "gpu_sync": data.gpu_syncs.append,
+        "gpu_range": data.gpu_ranges.append,
     }
     cpu_op = targets["cpu"]  # the same bound method object, so `is` below matches it
     route: dict[str, object] = {}

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gputop.diagnostics.trace_busy import busy_breakdown, copy_class
 from gputop.diagnostics.trace_gaps import (
     BUSY_ROLES,
     CPU_DEVICE,
@@ -33,6 +35,7 @@ from gputop.diagnostics.trace_gaps import (
     Activity,
     Attribution,
     Launch,
+    as_int,
     attribute,
     cpu_activities,
     events_by_corr,
@@ -58,9 +61,12 @@ from gputop.diagnostics.trace_kernels import (
     SYNC_APIS,
     is_blocking_copy_api,
 )
+from gputop.diagnostics.trace_links import host_link
 from gputop.diagnostics.trace_load import Event, TraceData
+from gputop.diagnostics.trace_queued import Queued, queued_inputs, waits_for
 from gputop.diagnostics.trace_stats import kernel_stats, memory, pct, r3, walk_host_ops
-from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync
+from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync, steady_steps
+from gputop.diagnostics.trace_unrecorded import host_breakdown, unrecorded_gpu
 
 # Nsight Systems' "GPU Gaps" expert rule (gpu_gaps) reports idle stretches of 500 ms or more.
 LONG_GAP_US = 500_000.0
@@ -96,6 +102,9 @@ class TraceMetrics:
     attribution: Attribution | None = None
     states: dict[object, ThreadStates] = field(default_factory=dict)
     has_host: bool = True
+    # Why a trace with no GPU activity is a GPU program's (``trace_unrecorded``): only its
+    # host is assessed. None for GPU traces and CPU jobs.
+    gpu_unrecorded: str | None = None
 
     @property
     def step_total_ms(self) -> float:
@@ -156,25 +165,45 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     host_steps_end = max((ev.ts + ev.dur for ev in data.steps), default=None)
     prof_sync = profiler_sync(data.cpu_ops, host_steps_end, runtime_sorted)
     runtime_prog = [rt for rt in runtime_sorted if rt is not prof_sync]
+    # A GPU program whose GPU activity is missing: only its host is assessed.
+    unrecorded = None if gpu_present else unrecorded_gpu(data)
     states = build_thread_states(data.cpu_ops, data.python, runtime_prog, _copy_kinds(gacts),
-                                 cpu_model=not gpu_present)
-    if gpu_present:
+                                 cpu_model=not gpu_present and unrecorded is None)
+    if gpu_present or unrecorded is not None:
         acts = gacts
     else:
         acts, launches = cpu_activities(data, states)
     device_span = (min(a.ts for a in acts), max(a.end for a in acts)) if acts else None
     win = find_window(data, runtime_sorted, device_end_by_corr, device_span)
-    steps = win.steps
-    w0, w1 = win.start, win.end
-    slots = merge((s.start, s.end) for s in steps)
+    if unrecorded is not None and win.source == "recorded span":
+        win = win._replace(source="host span")
     has_host = bool(data.cpu_ops or data.runtime or data.python)
 
     launches_by_tid: dict[object, int] = Counter(
         rt.tid for rt in runtime_prog if rt.name in LAUNCH_APIS or rt.name in GRAPH_LAUNCH_APIS
     )
     main_tid = main_thread(data, launches_by_tid)
-    att = attribute(acts, launches, states, slots, main_tid, has_host,
-                    wake_us=0.0 if gpu_present else CPU_WAKE_US)
+
+    def attributed(steps: list[Step]):
+        slots = merge((s.start, s.end) for s in steps)
+        att = attribute(acts, launches, states, slots, main_tid, has_host,
+                        wake_us=0.0 if gpu_present else CPU_WAKE_US, keep_queued=gpu_present)
+        busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
+        return att, slots, busy_by_dev, _primary_devices(busy_by_dev)
+
+    att, slots, busy_by_dev, primary = attributed(win.steps)
+    # One-off first or last steps are judged apart (trace_steps.steady_steps), by the time a
+    # finding could charge in each step: everything but compute and communication.
+    rows = per_step(att, win.steps, primary)
+    steady = steady_steps(win, [(r["total"] - r["compute"] - r["communication"]) * 1e3
+                                for r in rows])
+    one_off_rows = [rows[win.steps.index(step)] for step, _, _ in steady.one_offs]
+    if steady.one_offs:
+        win = steady
+        att, slots, busy_by_dev, primary = attributed(win.steps)
+        rows = per_step(att, win.steps, primary)
+    steps = win.steps
+    w0, w1 = win.start, win.end
 
     m = TraceMetrics(
         path=data.path,
@@ -189,19 +218,24 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         attribution=att,
         states=states,
         has_host=has_host,
+        gpu_unrecorded=unrecorded,
     )
     _describe(m, data, win)
 
-    busy_by_dev = {dev: total(intersect(att.busy[dev], slots)) for dev in att.devices}
-    top_busy = max(busy_by_dev.values(), default=0.0)
-    primary = [d for d, b in busy_by_dev.items() if b >= PRIMARY_DEVICE_SHARE * top_busy] or [
-        d for d in att.devices
-    ]
     m.details["primary_devices"] = primary
     # Each collective (start, end, stream), for comparing the ranks of a job (trace_ranks).
     m.details["collectives"] = [(a.ts, a.end, a.stream) for a in acts
                                 if a.kind == "comm" and w0 <= a.ts < w1]
-    _step_breakdown(m, att, primary)
+    _step_breakdown(m, rows)
+    if unrecorded is not None:
+        m.values["host_breakdown"] = host_breakdown(states, main_tid, slots, steps)
+    m.values["one_offs"] = [
+        _one_off(step, position, excess, row, acts, prof_sync)
+        for (step, position, excess), row in zip(win.one_offs, one_off_rows)
+    ]
+    moves = [a for a in gacts if a.kind == "memcpy" or a.kind == "memset"]
+    m.values["busy"] = busy_breakdown(att, moves, slots, primary, m.step_total_ms, gpu_present,
+                                      host_link(_device_name(data, primary)), busy_by_dev)
 
     slots_total = total(slots)
     gpu_busy_r = (att.busy[att.devices[0]] if len(att.devices) == 1
@@ -215,10 +249,12 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     }
     if gpu_present:
         _hta(m, data, acts, launches, gpu_busy_r, slots, win)
-    m.values["idle_attribution"] = _idle_attribution(m)
+    m.values["idle_attribution"] = _idle_attribution(
+        m, lambda: _queued_inputs(data, runtime_prog))
     ops = _host_ops(data)
     _dataloader(m, ops["dataloader-next"], slots)
-    _sync(m, ops["item"], states, runtime_prog, slots, prof_sync)
+    _sync(m, ops["item"], states, runtime_prog, slots, prof_sync,
+          lambda: _last_submission(launches, device_end_by_corr, main_tid, w1))
     _copies(m, gacts, runtime_prog, slots, att)
     _communication(m, att, slots, data, ops["collective"], acts)
     launch_calls = sum(
@@ -244,6 +280,52 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
     return m
 
 
+def _primary_devices(busy_by_dev: dict[int, float]) -> list[int]:
+    """The devices the program drives: each busy a tenth of the busiest one's time or more."""
+    top_busy = max(busy_by_dev.values(), default=0.0)
+    return [d for d, b in busy_by_dev.items() if b >= PRIMARY_DEVICE_SHARE * top_busy] or list(
+        busy_by_dev)
+
+
+def _one_off(step: Step, position: str, excess_us: float, row: dict[str, float], acts,
+             prof_sync: Event | None) -> dict:
+    """A step left out as a one-off: its time, how much more a finding could charge in it than
+    in the costliest steady step, and what its time went to (``row``: its step breakdown)."""
+    top = sorted(((role, ms) for role, ms in row.items() if role in ROLES and ms > 0),
+                 key=lambda kv: -kv[1])[:3]
+    out = {
+        "step": step.name,
+        "position": position,
+        "ms": r3((step.end - step.start) / 1e3),
+        "excess_ms": r3(excess_us / 1e3),
+        "top": [[role, r3(ms)] for role, ms in top],
+    }
+    h2d = sum(a.nbytes for a in acts if a.kind == "memcpy" and step.start <= a.ts < step.end
+              and copy_class(a.name) == "h2d")
+    if h2d:
+        out["h2d_bytes"] = h2d
+    if position == "last" and prof_sync is not None and step.host_end <= prof_sync.ts < step.end:
+        out["profiler_stop"] = True  # the step held the profiler's closing synchronize
+    return out
+
+
+def _queued_inputs(data: TraceData, runtime_prog: list[Event]) -> Queued:
+    """What names the dependencies of queued work: CUPTI's Stream Wait Event records, the
+    threads' cudaStreamWaitEvent calls, and which launches were CUDA graph launches."""
+    waits = []
+    for ev in data.gpu_syncs:
+        args = ev.args
+        if ev.name == "Stream Wait Event" and args is not None:
+            waits.append((as_int(args.device if args.device is not None else ev.pid),
+                           as_int(args.stream if args.stream is not None else ev.tid), ev.ts,
+                           as_int(args.wait_on_stream) if args.wait_on_stream is not None
+                           else None))
+    graphs = frozenset(rt.args.correlation for rt in runtime_prog
+                       if rt.name in GRAPH_LAUNCH_APIS and rt.args is not None
+                       and isinstance(rt.args.correlation, int))
+    return queued_inputs(waits, runtime_prog, graphs)
+
+
 def _host_ops(data: TraceData) -> dict[str, list[Event]]:
     """The operators the metrics quote, in one pass: DataLoader fetches, aten::item calls,
     collectives seen from the host."""
@@ -267,6 +349,15 @@ def _vendor(data: TraceData, runtime_sorted: list[Event], gpu_present: bool) -> 
     return vendor if (gpu_present or data.devices) else None
 
 
+def _device_name(data: TraceData, primary: list[int]) -> str | None:
+    """The name of the (first) device the program drives, from deviceProperties."""
+    by_index = {d.index: d.name for d in data.devices}
+    for dev in primary:
+        if by_index.get(dev):
+            return by_index[dev]
+    return data.devices[0].name if data.devices else None
+
+
 def _describe(m: TraceMetrics, data: TraceData, win) -> None:
     """The trace, the window judged, the steps."""
     w0, w1 = m.window
@@ -280,6 +371,7 @@ def _describe(m: TraceMetrics, data: TraceData, win) -> None:
         "rank": data.rank,
         "world_size": data.world_size,
         "gpu_activity": m.gpu_present,
+        "gpu_unrecorded": m.gpu_unrecorded,
         "cpu_events": m.has_host,
     }
     profiled = data.profiler_span
@@ -287,7 +379,10 @@ def _describe(m: TraceMetrics, data: TraceData, win) -> None:
         "start_us": r3(w0),
         "dur_ms": r3((w1 - w0) / 1e3),
         "steps_from": win.source,
-        "judged": window_statement(win.source, len(win.steps), m.gpu_present),
+        "judged": window_statement(win.source, len(win.steps), m.gpu_present) + "".join(
+            f"; the {position} step ({step.name}) left out as a one-off, "
+            f"{excess / 1e3:.1f} ms more idle or copy time than any steady step"
+            for step, position, excess in win.one_offs),
         "left_out_before_ms": r3(win.before_us / 1e3),
         "left_out_after_ms": r3(win.after_us / 1e3),
         "profiled_ms": r3((profiled[1] - profiled[0]) / 1e3) if profiled else None,
@@ -317,22 +412,24 @@ def window_statement(source: str, n_steps: int, gpu_present: bool) -> str:
                 "(the profiler's start and stop edges left out)")
     if source == "device span":
         return "no CPU events: the device's own span; only what the device shows is assessed"
+    if source == "host span":
+        return "no steps: the host's recorded span (GPU activity not recorded)"
     return "nothing to judge"
 
 
-def _step_breakdown(m: TraceMetrics, att: Attribution, primary: list[int]) -> None:
-    rows = per_step(att, m.steps, primary)
+def _step_breakdown(m: TraceMetrics, rows: list[dict[str, float]]) -> None:
+    """``rows``: per step, the ms of each role (``trace_gaps.per_step``)."""
     totals = {role: sum(r[role] for r in rows) for role in (*ROLE_ORDER, "total")}
     m.roles_ms, m.per_step_roles_ms = totals, rows
     m.values["step_breakdown"] = {
         "ms": {k: r3(x) for k, x in totals.items()},
         "pct": {k: pct(totals[k], totals["total"]) for k in ROLE_ORDER},
         "per_step_ms": [{k: r3(x) for k, x in row.items()} for row in rows],
-        "devices": primary,
+        "devices": m.details["primary_devices"],
     }
 
 
-def _idle_attribution(m: TraceMetrics) -> dict:
+def _idle_attribution(m: TraceMetrics, name_inputs: Callable[[], Queued]) -> dict:
     """Per idle cause: its time, share of the window and, for causes that name something,
     what the launching thread was doing."""
     out = {}
@@ -344,6 +441,9 @@ def _idle_attribution(m: TraceMetrics) -> dict:
         row = {"ms": r3(ms), "pct": pct(ms, step_total)}
         if cause not in ("queued", "unrecorded"):
             row["top"] = [[label, r3(x)] for label, x in m.top_labels(cause, 5)]
+        if cause == "queued" and m.attribution is not None:
+            row["waits_for"] = waits_for(m.attribution, name_inputs,
+                                         len(m.details.get("primary_devices", [])))
         out[cause] = row
     return out
 
@@ -383,7 +483,20 @@ def _dataloader(m: TraceMetrics, fetches: list[Event], slots: Ranges) -> None:
     }
 
 
-def _sync(m, item_ops, states, runtime_prog, slots, prof_sync) -> None:
+def _last_submission(launches: dict[int, Launch], device_end_by_corr: dict[int, float],
+                     tid: object, before: float) -> float:
+    """When ``tid`` last called the runtime for device work (a launch or copy whose activity
+    the trace has), before ``before``."""
+    last = float("-inf")
+    for corr, launch in launches.items():
+        if launch.tid == tid and launch.ts < before and launch.ts > last and (
+                corr in device_end_by_corr):
+            last = launch.ts
+    return last
+
+
+def _sync(m, item_ops, states, runtime_prog, slots, prof_sync,
+          last_submission: Callable[[], float]) -> None:
     w0, w1 = m.window
     blocked = merge(r for st in states.values() for r in st.painted.get("sync", []))
     blocked_ms = total(intersect(blocked, slots)) / 1e3
@@ -398,7 +511,13 @@ def _sync(m, item_ops, states, runtime_prog, slots, prof_sync) -> None:
     items = [ev for ev in item_ops if ev.name == "aten::item" and w0 <= ev.ts < w1]
     # The training thread blocked in device-to-host reads (Nsight Systems' cuda_memcpy_sync).
     main = states.get(m.attribution.main_tid) if m.attribution else None
-    reads_ms = total(intersect(main.reads, slots)) / 1e3 if main is not None else 0.0
+    # A read after which the thread submits no more device work blocks nothing (a final
+    # .cpu() of the output while the GPU finishes): the pipeline has nothing left to run ahead.
+    reads = main.reads if main is not None else []
+    if reads:
+        last = last_submission()
+        reads = [r for r in reads if r[1] <= last]
+    reads_ms = total(intersect(reads, slots)) / 1e3
     m.values["sync"] = {
         "host_blocked_ms": r3(blocked_ms),
         "host_blocked_pct": pct(blocked_ms, m.step_total_ms * max(1, n_threads_blocked)),
@@ -621,11 +740,12 @@ def _assessment(m: TraceMetrics, data: TraceData, has_dataloader: bool) -> None:
         if unknown > 0:
             na.append(f"precision of {unknown:,.1f} ms of matrix kernels whose names do not say "
                       "it (counted as unknown)")
-    elif data.runtime:
-        na.append(
-            "GPU metrics: runtime calls but no GPU activity recorded (CUPTI/roctracer "
-            "activities missing)"
-        )
+    elif m.gpu_unrecorded:
+        a.append("the host only: the training thread's time by state (DataLoader, sync, "
+                 "launch path, host work), step times, top operators")
+        na.append(f"the GPU: its activity was not recorded ({m.gpu_unrecorded}); no device "
+                  "verdict (busy/idle, kernels, copies, communication, tensor cores) - record "
+                  "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
     else:
         a.append("CPU compute (the operators) and its idle time attributed like a GPU's")
         na.append(

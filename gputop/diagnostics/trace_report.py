@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import textwrap
 
-from gputop.diagnostics.findings import CATALOGUE
+from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
 from gputop.diagnostics.trace import TraceAnalysis
+from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text, size_text
+from gputop.diagnostics.trace_host import HOST_STATES
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
@@ -32,10 +34,16 @@ BAR_ROLES = (
 )
 
 
-def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
+# GPU activity not recorded: the training thread's own time by state (trace_host), with the
+# same letters as the idle causes they would explain.
+HOST_BAR_ROLES = tuple((keys, letter, label.removeprefix("idle: "))
+                       for keys, letter, label in BAR_ROLES if keys[0] in HOST_STATES)
+
+
+def breakdown_bar(pct: dict[str, float], width: int, roles=BAR_ROLES) -> tuple[str, str]:
     """A ``width``-character bar of the step-time shares and its legend (largest first)."""
     shares = [
-        (letter, label, sum(pct.get(k, 0.0) for k in keys)) for keys, letter, label in BAR_ROLES
+        (letter, label, sum(pct.get(k, 0.0) for k in keys)) for keys, letter, label in roles
     ]
     total = sum(s for _, _, s in shares)
     if total <= 0:
@@ -46,7 +54,7 @@ def breakdown_bar(pct: dict[str, float], width: int) -> tuple[str, str]:
     leftover = width - sum(cells.values())
     for letter, _x in sorted(exact, key=lambda e: -(e[1] - int(e[1])))[:leftover]:
         cells[letter] += 1
-    bar = "".join(letter * cells[letter] for _, letter, _ in BAR_ROLES)
+    bar = "".join(letter * cells[letter] for _, letter, _ in roles)
     legend = "  ".join(
         f"{letter} {label} {s:.1f}%"
         for letter, label, s in sorted(shares, key=lambda e: -e[2])
@@ -67,8 +75,10 @@ def _headline(a: TraceAnalysis) -> str:
     device = m["trace"].get("device")
     if device:
         parts.append(device)
-    elif not m["trace"]["gpu_activity"]:
+    elif not m["trace"]["gpu_activity"] and not m["trace"].get("gpu_unrecorded"):
         parts.append("CPU-only trace")
+    if m["trace"].get("gpu_unrecorded"):
+        parts.append("GPU activity not recorded")
     if m["trace"].get("rank") is not None:
         ws = m["trace"].get("world_size")
         parts.append(f"rank {m['trace']['rank']}" + (f" of {ws}" if ws else ""))
@@ -88,34 +98,86 @@ def _headline(a: TraceAnalysis) -> str:
     return " · ".join(parts)
 
 
+def _busy_lines(m: dict, width: int) -> list[str]:
+    """What the GPU's busy time was: each class with its share of the window, copies with
+    their bytes and rate (against the host link for host-device copies)."""
+    busy = m.get("busy")
+    if not busy or not m["trace"]["gpu_activity"]:
+        return []
+    parts = []
+    for cls, row in sorted(busy["classes"].items(), key=lambda kv: -kv[1]["ms"]):
+        if row["ms"] <= 0:
+            continue
+        if "gb_per_s" in row and row.get("bytes"):
+            text = copy_text(cls, row, busy["link"])
+        else:
+            text = f"{CLASS_LABELS[cls]} {ms_h(row['ms'])}"
+        parts.append(f"{text} ({row['pct']:.1f}%)")
+    if not parts:
+        return []
+    return _wrap("GPU busy time: " + "; ".join(parts), width, "  ", "    ")
+
+
+def _one_off_lines(m: dict, width: int) -> list[str]:
+    """Steps left out of the judgement as one-offs, and what their time went to."""
+    lines = []
+    labels = {keys[0]: label for keys, _, label in BAR_ROLES}
+    for o in m.get("one_offs") or []:
+        what = ", ".join(f"{labels.get(role, role)} {ms_h(ms)}" for role, ms in o["top"])
+        if o.get("h2d_bytes"):
+            what += f"; host-to-device copies {size_text(o['h2d_bytes'])}"
+        if o.get("profiler_stop"):
+            what += "; it holds the profiler's closing synchronize"
+        lines += _wrap(f"One-off {o['position']} step, not judged: {o['step']} {ms_h(o['ms'])}, "
+                       f"{ms_h(o['excess_ms'])} more idle or copy time than any steady step ({what})",
+                       width, "  ", "    ")
+    return lines
+
+
 def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     width = max(60, width)
     a, m = analysis, analysis.metrics
     lines = _wrap(f"gputop analyze: {os.path.basename(a.file)}", width, "", "  ")
     lines += _wrap(_headline(a), width, "", "  ")
+    unrecorded = m["trace"].get("gpu_unrecorded")
     if a.verdict == "healthy":
         lines += _wrap(f"Verdict: healthy - {a.healthy_reason}", width, "", "  ")
+    elif a.verdict == NOT_ASSESSED:
+        lines += _wrap(f"Verdict: not assessed - GPU activity was not recorded ({unrecorded}); "
+                       "only the host is assessed, and it shows no problem", width, "", "  ")
     else:
         top = next(f for f in a.findings if f.id == a.verdict)
         verdict = f"Verdict: {a.verdict} ({top.severity}) - {CATALOGUE[a.verdict]}"
+        if unrecorded:
+            verdict += " (host side only: GPU activity was not recorded)"
         lines += _wrap(verdict, width, "", "  ")
 
     bd = m["step_breakdown"]
     what = "step time" if m["steps"]["count"] else "window"
-    lines += ["", f"Where the {what} went ({ms_h(bd['ms']['total'])} in all)"]
-    bar, legend = breakdown_bar(bd["pct"], width - 4)
+    if unrecorded:
+        lines += ["", f"Where the training thread's {what} went ({ms_h(bd['ms']['total'])} in "
+                  "all; GPU activity not recorded)"]
+        bar, legend = breakdown_bar(m["host_breakdown"]["pct"], width - 4, HOST_BAR_ROLES)
+    else:
+        lines += ["", f"Where the {what} went ({ms_h(bd['ms']['total'])} in all)"]
+        bar, legend = breakdown_bar(bd["pct"], width - 4)
     lines.append(f"  [{bar}]")
     lines += _wrap(legend, width, "  ", "  ")
     lines += _wrap(f"Window: {m['window']['judged']}", width, "  ", "    ")
     idle = m.get("idle_attribution") or {}
     named = [
         f"{cause} {row['pct']:.1f}% ({', '.join(label for label, _ in row['top'][:2])})"
+        if row.get("top") else
+        f"{cause} {row['pct']:.1f}% (waiting for {', '.join(w['label'] for w in row['waits_for'][:2])})"
         for cause, row in sorted(idle.items(), key=lambda kv: -kv[1]["ms"])
-        if row.get("top") and row["pct"] >= 1
+        if (row.get("top") or row.get("waits_for")) and row["pct"] >= 1
     ]
     if named:
         lines += _wrap("Idle, by what the launching thread was doing: " + "; ".join(named[:4]),
                        width, "  ", "    ")
+
+    lines += _busy_lines(m, width)
+    lines += _one_off_lines(m, width)
 
     lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
     for i, f in enumerate(a.findings, 1):

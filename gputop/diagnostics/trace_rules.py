@@ -14,8 +14,10 @@ from collections.abc import Callable
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import SEVERITY_RANK, Finding, order_findings
+from gputop.diagnostics.trace_busy import HOST_COPIES, copy_text, size_text
 from gputop.diagnostics.trace_intervals import intersect, total
 from gputop.diagnostics.trace_metrics import TraceMetrics
+from gputop.diagnostics.trace_queued import queued_label
 from gputop.format import ms_h
 
 # Share of the window a finding costs -> severity.
@@ -474,10 +476,16 @@ def gpu_idle(m: TraceMetrics) -> list[Finding]:
                 cost_s=cost / 1e3,
             )
         ]
+    # Two causes under one id, each costed on its own: host work that launches nothing, and
+    # work queued on the device that cannot start (not the host's doing).
+    return [f for f in (_host_work(m), _queued_work(m)) if f is not None]
+
+
+def _host_work(m: TraceMetrics) -> Finding | None:
     cost = _host_work_ms(m, inside_long_gaps=False)
     share = _share(m, cost)
     if share < WARNING_SHARE:
-        return []
+        return None
     named = _named(m, "host") or _named(m, "unprofiled")
     unprof = _cost(m, "unprofiled")
     what = (
@@ -486,31 +494,80 @@ def gpu_idle(m: TraceMetrics) -> list[Finding]:
         else "no profiled host activity (Python between ops, logging, I/O, or a wait the "
         "profiler does not see)"
     )
-    return [
-        Finding(
-            id="gpu-idle",
-            severity=severity_for(share),
-            title=(
-                f"The {_device(m)} sits idle {_pct(share)} of the {_of_what(m)} while the host "
-                f"runs {named.split(' ')[0] if named and 'no profiled' not in named else 'other work'}"
-            ),
-            evidence=(
-                f"{ms_h(cost)} {_window_phrase(m)} with nothing queued on the {_device(m)} while "
-                f"the launching thread ran {what}"
-                + (f"; {ms_h(unprof)} of it with nothing recorded on the thread" if unprof >= 1
-                   and named else "")
-                + "."
-            ),
-            fix=(
-                "Take that work off the step or overlap it: move per-step logging, metrics and "
-                "checkpoint checks out of the loop (every N steps), do host-side preprocessing "
-                "in DataLoader workers, and make I/O asynchronous; record with_stack=True to "
-                "name the Python functions."
-            ),
-            next_step=ns.pyspy_record(m.details.get("pid"), "host.svg", app=_app(m)),
-            cost_s=cost / 1e3,
-        )
-    ]
+    return Finding(
+        id="gpu-idle",
+        severity=severity_for(share),
+        title=(
+            f"The {_device(m)} sits idle {_pct(share)} of the {_of_what(m)} while the host "
+            f"runs {named.split(' ')[0] if named and 'no profiled' not in named else 'other work'}"
+        ),
+        evidence=(
+            f"{ms_h(cost)} {_window_phrase(m)} with nothing queued on the {_device(m)} while "
+            f"the launching thread ran {what}"
+            + (f"; {ms_h(unprof)} of it with nothing recorded on the thread" if unprof >= 1
+               and named else "")
+            + "."
+        ),
+        fix=(
+            "Take that work off the step or overlap it: move per-step logging, metrics and "
+            "checkpoint checks out of the loop (every N steps), do host-side preprocessing "
+            "in DataLoader workers, and make I/O asynchronous; record with_stack=True to "
+            "name the Python functions."
+        ),
+        next_step=ns.pyspy_record(m.details.get("pid"), "host.svg", app=_app(m)),
+        cost_s=cost / 1e3,
+    )
+
+
+# What to do about queued work, by what it waits for (trace_queued).
+_QUEUED_FIX = {
+    "graph": "Look inside the graphs: nsys with --cuda-graph-trace=node shows every node; host "
+    "nodes, event waits and many tiny nodes leave the GPU idle between nodes, so fuse small "
+    "nodes and keep host work out of the graph.",
+    "stream-wait": "Find what the waited-on stream was doing when this one was ready, and start "
+    "that work earlier (or give it its own stream); drop waits that are not needed "
+    "(stream.wait_stream, event.wait, record_stream).",
+    "other-device": "This GPU waits for another one's work: balance the work between them, or "
+    "overlap the transfer between them with compute.",
+    "collective": "The collectives wait for the work queued before them on their stream: "
+    "overlap communication with compute (DDP buckets, FSDP prefetch) so they are ready earlier.",
+    "unrecorded": "Check for other processes on the GPU (gputop's process table), host "
+    "callbacks (cudaLaunchHostFunc) and work launched before the trace started; the trace "
+    "records nothing the work waited for.",
+}
+
+
+def queued_reasons(m: TraceMetrics) -> list[tuple[str, str, float]]:
+    """(reason, its words, ms) of queued idle, largest first (``trace_queued``)."""
+    rows = m.values.get("idle_attribution", {}).get("queued", {}).get("waits_for", [])
+    return [(row["reason"], row["label"], row["ms"]) for row in rows]
+
+
+def _queued_work(m: TraceMetrics, floor: bool = False) -> Finding | None:
+    """Idle with work already launched but not started: not the host's doing; named by what
+    the work waited for."""
+    cost = _cost(m, "queued")
+    share = _share(m, cost)
+    if share < WARNING_SHARE and not floor:
+        return None
+    reasons = queued_reasons(m)
+    top = reasons[0] if reasons else ("unrecorded", queued_label("unrecorded", ""), cost)
+    listed = ", ".join(f"{label} {ms_h(ms)}" for _, label, ms in reasons[:3])
+    graph = top[0] == "graph"
+    return Finding(
+        id="gpu-idle",
+        severity=severity_for(share),
+        title=(f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} with work already "
+               f"queued on it, waiting for {top[1]}"),
+        evidence=(f"{ms_h(cost)} {_window_phrase(m)} in which work launched before the "
+                  f"{_device(m)} ran dry could not start; it waited for {listed or top[1]}. "
+                  "The host is not the cause (a sync it sat in meanwhile waited on the same "
+                  "dependency)."),
+        fix=_QUEUED_FIX[top[0]],
+        next_step=_profile(m, "queued", ns.nsys(
+            "queued", app=_app(m), extra=("--cuda-graph-trace=node",) if graph else ())),
+        cost_s=cost / 1e3,
+    )
 
 
 def long_gpu_gaps(m: TraceMetrics) -> list[Finding]:
@@ -549,7 +606,9 @@ def pageable_memcpy(m: TraceMetrics) -> list[Finding]:
     if not m.gpu_present:
         return []
     c = m.values["memcpy"]
-    cost = _cost(m, "copy") + c["pageable_exposed_ms"]
+    # Pageable copies no compute hides are copy-bound's cost when that finding is raised.
+    exposed = 0.0 if _copies_bound(m) else c["pageable_exposed_ms"]
+    cost = _cost(m, "copy") + exposed
     share = _share(m, cost)
     if share < INFO_SHARE or (c["pageable_count"] == 0 and c["blocking_calls"] == 0):
         return []
@@ -578,6 +637,67 @@ def pageable_memcpy(m: TraceMetrics) -> list[Finding]:
             ),
             next_step=_profile(m, "copies", ns.nsys_rule(
                 "copies", "cuda_memcpy_async,cuda_memcpy_sync", _app(m), trace="cuda,osrt")),
+            cost_s=cost / 1e3,
+        )
+    ]
+
+
+def _copies_bound(m: TraceMetrics) -> bool:
+    return m.gpu_present and _share(m, m.values["busy"]["host_copies_exposed_ms"]) >= WARNING_SHARE
+
+
+def copy_bound(m: TraceMetrics) -> list[Finding]:
+    """Host-device copies running with no kernel beside them: the step waits on the link. Cost:
+    that exposed copy time (what the step loses to copies no compute hides)."""
+    if not _copies_bound(m):
+        return []
+    b = m.values["busy"]
+    cost = b["host_copies_exposed_ms"]
+    share = _share(m, cost)
+    classes, link = b["classes"], b["link"]
+    rows = [(cls, classes[cls]) for cls in HOST_COPIES if classes[cls]["bytes"] > 0]
+    moved = "; ".join(copy_text(cls, row, link) for cls, row in rows)
+    pinned_known = [row["pinned_pct"] for _, row in rows if row.get("pinned_pct") is not None]
+    pageable = bool(pinned_known) and min(pinned_known) < 50.0
+    copy_ms = sum(row["ms"] for _, row in rows)
+    compute_ms = classes["compute"]["ms"]
+    steps = len(m.steps) if m.step_source in ("ProfilerStep", "Optimizer.step") else 0
+    per_step = (f" ({size_text(sum(row['bytes'] for _, row in rows) / steps)} per step)"
+                if steps > 1 else "")
+    fixes = {
+        "pin": "Copy from pinned memory: DataLoader(pin_memory=True), or tensor.pin_memory() "
+        "once for buffers you reuse, then .to('cuda', non_blocking=True); a pageable copy is "
+        "staged through a driver buffer at a fraction of the link's rate.",
+        "less": "Move less over the link: keep what every step reuses on the GPU (load the "
+        "dataset, weights or constants to the device once, not each step), send smaller "
+        "dtypes (uint8 images, bf16 instead of fp32) and convert on the GPU, and read back "
+        "only what you need.",
+        "overlap": "Overlap the copies with compute: copy the next batch from pinned memory "
+        "with non_blocking=True on a side stream (torch.cuda.Stream) while this one computes, "
+        "so the link works while the SMs do.",
+    }
+    # The fix that fits first: pageable copies cannot overlap or reach the link's rate; when
+    # copying takes longer than the compute, overlapping cannot hide it, only moving less can.
+    if pageable:
+        order = ("pin", "less", "overlap")
+    elif copy_ms >= compute_ms:
+        order = ("less", "overlap")
+    else:
+        order = ("overlap", "less")
+    return [
+        Finding(
+            id="copy-bound",
+            severity=severity_for(share),
+            title=(f"Host-device copies bound the {_of_what(m)}: {_pct(share)} of it is "
+                   "copying with no kernel running"),
+            evidence=(
+                f"{moved} {_window_phrase(m)}{per_step}; {ms_h(cost)} of copying with no kernel "
+                f"beside it, against {ms_h(compute_ms)} of compute"
+                + ("; most bytes from pageable memory" if pageable else "") + "."
+            ),
+            fix=" ".join(fixes[k] for k in order),
+            next_step=_profile(m, "copies", ns.nsys_stats(
+                "copies", "cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum", _app(m))),
             cost_s=cost / 1e3,
         )
     ]
@@ -675,6 +795,7 @@ RULES: tuple[Callable[[TraceMetrics], list[Finding]], ...] = (
     no_tensor_cores,
     memory_pressure,
     pageable_memcpy,
+    copy_bound,
 )
 
 # The finding that names each idle cause when the busy floor asks for one.
@@ -693,7 +814,41 @@ _CAUSE_RULE: dict[str, Callable[[TraceMetrics], list[Finding]]] = {
 }
 
 
+def host_dataloader(m: TraceMetrics) -> list[Finding]:
+    """GPU activity not recorded: the DataLoader's share of the training thread's step time
+    (TensorBoard's DataLoader share is this same host time), not a device's idle."""
+    dl = m.values["dataloader"]
+    ms = m.values["host_breakdown"]["ms"].get("dataloader", 0.0)
+    share = _share(m, ms)
+    if not dl["calls"] or share < WARNING_SHARE:
+        return []
+    workers = ("num_workers=0: batches are loaded in the training process"
+               if dl["single_process"] else "the workers do not keep up")
+    return [Finding(
+        id="dataloader-stall",
+        severity=severity_for(share),
+        title=(f"The training loop waits for the DataLoader {_pct(share)} of the {_of_what(m)} "
+               "(GPU activity not recorded)"),
+        evidence=(f"the training thread spent {ms_h(ms)} {_window_phrase(m)} in "
+                  f"enumerate(DataLoader).__next__ ({dl['calls']} calls, longest "
+                  f"{ms_h(dl['max_call_ms'])}); {workers}. Whether the GPU idled meanwhile is "
+                  "not in the trace."),
+        fix=("Load batches in parallel: DataLoader(num_workers=4 to 8 per GPU, pin_memory=True, "
+             "persistent_workers=True, prefetch_factor=2), and record the GPU too "
+             "(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) to see what it costs."),
+        next_step=_capture_or_run(m),
+        cost_s=ms / 1e3,
+    )]
+
+
+# GPU activity not recorded: only what the host shows (and the allocator's own events).
+HOST_RULES: tuple[Callable[[TraceMetrics], list[Finding]], ...] = (host_dataloader,
+                                                                    memory_pressure)
+
+
 def run_rules(m: TraceMetrics) -> list[Finding]:
+    if m.gpu_unrecorded:
+        return order_findings(f for rule in HOST_RULES for f in rule(m))
     findings: list[Finding] = []
     for rule in RULES:
         findings.extend(rule(m))
@@ -765,15 +920,8 @@ def _promote(f: Finding, why: str) -> Finding:
 def _floor_finding(m: TraceMetrics, cause: str, cost_ms: float, why: str) -> Finding:
     share = _share(m, cost_ms)
     if cause == "queued":
-        title = (f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} with work queued "
-                 "on it")
-        evidence = (f"{ms_h(cost_ms)} {_window_phrase(m)} in which launched work waited on "
-                    "something outside this trace: another stream's or device's work, another "
-                    "process sharing the GPU, or work launched before the window")
-        fix = ("Check for other processes on the GPU (gputop's process table), cross-stream "
-               "waits (cudaStreamWaitEvent) and collectives waiting for a peer.")
-        next_step = _profile(m, "queued", ns.nsys("queued", app=_app(m)))
-        fid = "gpu-idle"
+        f = _queued_work(m, floor=True)
+        title, evidence, fix, next_step, fid = f.title, f.evidence, f.fix, f.next_step, f.id
     else:
         labels = _named(m, cause) or cause
         title = f"The {_device(m)} idles {_pct(share)} of the {_of_what(m)} in {cause}"

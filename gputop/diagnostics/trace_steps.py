@@ -31,6 +31,18 @@ class Step(NamedTuple):
     end: float
 
 
+# A first or last step is a one-off when a finding could charge more time in it than in any
+# step between them, by this share of the window or more (TensorBoard's profiler plugin acts
+# from 5% of the step time; below that a difference does not move a verdict) ...
+ONE_OFF_SHARE = 0.05
+# ... and when it is an outlier among them by Dixon's Q test at 95% confidence (Q = its gap to
+# the nearest step / the range of all; critical values for 3 to 10 values, Rorabacher 1991,
+# Anal. Chem. 63:139): on a busy machine the steps' own spread can pass 5% of the window, and
+# the test asks for a gap wider than that spread. More than 10 steps use the value for 10,
+# which is stricter than theirs.
+DIXON_Q95 = {3: 0.970, 4: 0.829, 5: 0.710, 6: 0.625, 7: 0.568, 8: 0.526, 9: 0.493, 10: 0.466}
+
+
 class Window(NamedTuple):
     steps: list[Step]
     source: str  # "ProfilerStep" | "Optimizer.step" | "recorded span" | "device span" | "none"
@@ -40,6 +52,9 @@ class Window(NamedTuple):
     # window's start, for the report's statement of what was left out.
     before_us: float
     after_us: float
+    # Steps left out of the judgement as one-offs: (step, "first" | "last", time a finding
+    # could charge beyond the costliest steady step).
+    one_offs: tuple = ()
 
 
 def host_span(data: TraceData) -> tuple[float, float] | None:
@@ -135,6 +150,37 @@ def find_window(
     source = "device span" if device_span else "recorded span"
     return Window([Step(source, span[0], span[1], span[0], span[1])], source, span[0], span[1],
                   0.0, 0.0)
+
+
+def steady_steps(win: Window, costs: list[float]) -> Window:
+    """Judge the steady steps: a first step that does one-off work (a first-batch copy, a file
+    read once, lazy initialisation) or a last step that holds the profiler's shutdown (time
+    with nothing recorded before it stops) is left out and reported apart.
+
+    ``costs``: per step, the time a finding could charge (everything but compute and
+    communication: a step that computes longer is not dragging the verdict down). An edge step
+    is a one-off when its cost exceeds every steady step's by ``ONE_OFF_SHARE`` of the window
+    and stands apart from theirs by Dixon's Q test; it needs a step on each side to compare
+    with: three steps or more."""
+    steps = win.steps
+    if win.source not in ("ProfilerStep", "Optimizer.step") or len(steps) < 3:
+        return win
+    line = ONE_OFF_SHARE * sum(s.end - s.start for s in steps)
+    one_offs = []
+    for i, position in ((0, "first"), (len(steps) - 1, "last")):
+        # Compared with the steps between the edges; with only one of those, with the other
+        # edge too (Dixon's test needs three values).
+        others = costs[1:-1] if len(steps) > 3 else [c for j, c in enumerate(costs) if j != i]
+        gap = costs[i] - max(others)
+        if gap >= line and gap / (costs[i] - min(others)) > DIXON_Q95[min(len(others) + 1, 10)]:
+            one_offs.append((steps[i], position, gap))
+    if not one_offs:
+        return win
+    first = one_offs[0][1] == "first"
+    last = one_offs[-1][1] == "last"
+    kept = steps[1 if first else 0: len(steps) - 1 if last else len(steps)]
+    return win._replace(steps=kept, start=kept[0].start, end=kept[-1].end,
+                        one_offs=tuple(one_offs))
 
 
 def profiler_sync(

@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gputop.diagnostics.findings import CATALOGUE
+from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
 from gputop.diagnostics.trace import TraceAnalysis
 from gputop.diagnostics.trace_report import BAR_ROLES, breakdown_bar, format_report
 from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
@@ -47,6 +47,8 @@ def title_text(pid: int, analysis: TraceAnalysis) -> Text:
     text = Text(f"diagnosis of pid {pid}: ", style="bold")
     if analysis.verdict == "healthy":
         text.append("healthy", style="bold green")
+    elif analysis.verdict == NOT_ASSESSED:
+        text.append("not assessed: GPU activity was not recorded", style="bold yellow")
     else:
         top = next((f for f in analysis.findings if f.id == analysis.verdict), None)
         text.append(analysis.verdict, style=SEVERITY_STYLE.get(top.severity if top else "",

@@ -14,6 +14,10 @@ Cases (gloo runs two ranks; the others ignore RANK and PORT):
   (its edges) and a loop of real compute: only the span both sides recorded may be judged.
 - ``cold_start``: the first calls of a torch.compile'd model inside the profiler: the trace is
   compilation, not training.
+- ``one_off_first``: steady compute steps, but the first profiled one also waits 0.2 s on
+  something once (the first batch read from disk): a one-off, judged apart.
+- ``profiler_tail``: steady compute steps with prof.step() at the end of each, then 0.2 s of
+  other work before the profiler stops: the last ProfilerStep holds only that tail.
 """
 
 from __future__ import annotations
@@ -85,6 +89,29 @@ def cold_start(out: str) -> None:
     prof.export_chrome_trace(out)
 
 
+def one_off(case: str, out: str) -> None:
+    a = torch.rand(256, 256)
+
+    def step() -> None:
+        nonlocal a
+        for _ in range(30):
+            a = torch.tanh(a @ a)
+
+    # profiler_tail: the schedule asks for more steps than the loop runs, so the step opened by
+    # the last prof.step() lasts until the profiler stops (as with any loop that ends early).
+    active = 5 if case == "one_off_first" else 20
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                 schedule=schedule(wait=0, warmup=1, active=active, repeat=1)) as prof:
+        for i in range(6):
+            if case == "one_off_first" and i == 1:
+                time.sleep(0.2)  # once, in the first recorded step: the first batch from disk
+            step()
+            prof.step()
+        if case == "profiler_tail":
+            time.sleep(0.2)  # after the loop, before the profiler stops
+    prof.export_chrome_trace(out)
+
+
 def main() -> None:
     case, rank, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     if case in ("busy_wait", "python_after_sync"):
@@ -93,6 +120,8 @@ def main() -> None:
         no_steps(out)
     elif case == "cold_start":
         cold_start(out)
+    elif case in ("one_off_first", "profiler_tail"):
+        one_off(case, out)
     else:
         raise SystemExit(f"unknown case {case!r}")
 
