@@ -36,7 +36,8 @@ def test_catalogue_matches_the_design_table():
         pytest.skip("../shared/DESIGN.md not present")
     ids = re.findall(r"^\| `([a-z-]+)` \|", design.read_text(), flags=re.M)
     assert len(ids) >= 17
-    assert list(CATALOGUE) == ids
+    # DESIGN.md's ids in its order; ids added since come after them (docs/ARCHITECTURE.md).
+    assert list(CATALOGUE)[:len(ids)] == ids
     assert all(CATALOGUE[i] for i in ids)
 
 

@@ -1,8 +1,14 @@
 """Continuous step telemetry, cheap enough to leave on in every run.
 
-The training thread only appends a tuple per optimizer step and adds up the time spent in the
-DataLoader iterator's ``__next__``; percentiles and rates are computed on the server thread when
-someone asks for ``status``.
+The training thread only appends a tuple per optimizer step and adds up where the step went: the
+time spent in the DataLoader iterator's ``__next__``, the time spent waiting on the device in
+syncs (``.item()``, ``.cpu()``, ``torch.cuda.synchronize()``, see ``torch_hooks``), and its own
+CPU time (``time.thread_time``, one clock read per step and two per timed call); percentiles,
+rates and shares are computed on the server thread when someone asks for ``status``.
+
+Per step the ring keeps (end, step time, DataLoader wait, sync wait, busy), where busy is the
+training thread's CPU time outside the DataLoader and the syncs: its own code (Python, operator
+dispatch, kernel launches). 512 steps of five floats: bounded.
 """
 
 from __future__ import annotations
@@ -43,7 +49,10 @@ class StepTelemetry:
         self.first_step_at: float | None = None  # perf_counter of the first counted step
         self._last_step_at: float | None = None
         self._wait = 0.0  # DataLoader wait since the last counted step (training thread only)
-        self._ring: deque[tuple[float, float, float]] = deque(maxlen=_RING)
+        self._sync = 0.0  # wait in device syncs since the last counted step
+        self._inner_cpu = 0.0  # CPU time inside both (not the thread's own work)
+        self._last_cpu: float | None = None  # thread_time() at the last counted step
+        self._ring: deque[tuple[float, float, float, float, float]] = deque(maxlen=_RING)
         # The optimizer whose steps we count (a weak reference: id() values get reused).
         self._leader: Callable[[], Any] = _nobody
         self._streak = 0
@@ -83,26 +92,38 @@ class StepTelemetry:
                     self._leader = lambda: optimizer  # not weak-referenceable: keep it
             self._streak = 0
             now = time.perf_counter()
-            last = self._last_step_at
-            self._last_step_at = now
+            cpu = time.thread_time()
+            last, last_cpu = self._last_step_at, self._last_cpu
+            self._last_step_at, self._last_cpu = now, cpu
             self.steps += 1
-            if last is None:
+            if last is None or last_cpu is None:
                 self.first_step_at = now
                 self.step_thread = threading.get_ident()
             else:
                 step_time = now - last
-                self._ring.append((now, step_time, min(self._wait, step_time)))
-            self._wait = 0.0
+                busy = max(0.0, cpu - last_cpu - self._inner_cpu)
+                self._ring.append((now, step_time, min(self._wait, step_time),
+                                   min(self._sync, step_time), min(busy, step_time)))
+            self._wait = self._sync = self._inner_cpu = 0.0
             on_step = self.on_step
             if on_step is not None:
                 on_step(now)
         except Exception as exc:  # the agent must never break the training loop
             self.record_error(exc)
 
-    def add_dataloader_wait(self, seconds: float) -> None:
-        """Time one ``__next__`` of a DataLoader iterator took, on whichever thread ran it."""
+    def add_dataloader_wait(self, seconds: float, cpu_seconds: float = 0.0) -> None:
+        """Time one ``__next__`` of a DataLoader iterator took (and the CPU time the thread
+        spent in it), on whichever thread ran it."""
         if self.enabled and (self.step_thread is None or self.step_thread == threading.get_ident()):
             self._wait += seconds
+            self._inner_cpu += cpu_seconds
+
+    def add_sync_wait(self, seconds: float, cpu_seconds: float) -> None:
+        """Time one device sync took (and its CPU time: CUDA spins while it waits, by
+        default), on the training thread."""
+        if self.enabled and (self.step_thread is None or self.step_thread == threading.get_ident()):
+            self._sync += seconds
+            self._inner_cpu += cpu_seconds
 
     def record_error(self, exc: BaseException) -> None:
         self.errors += 1
@@ -114,7 +135,8 @@ class StepTelemetry:
         self.step_thread = None
         self.first_step_at = None
         self._last_step_at = None
-        self._wait = 0.0
+        self._last_cpu = None
+        self._wait = self._sync = self._inner_cpu = 0.0
         self._ring.clear()
         self._leader = _nobody
         self._streak = 0
@@ -124,10 +146,12 @@ class StepTelemetry:
 
     def recent_steps(self, since: float) -> list[tuple[float, float, float]]:
         """(end time, step time, DataLoader wait) of the steps that ended after ``since``."""
-        return [s for s in list(self._ring) if s[0] > since]
+        return [s[:3] for s in list(self._ring) if s[0] > since]
 
     def status(self) -> dict[str, Any]:
-        """Step rate, step time p50/p95 and DataLoader-wait share over the last window."""
+        """Step rate, step time p50/p95 and where the steps went over the last window: the
+        shares of step time in the DataLoader (``dataloader_wait_share``), in device syncs
+        (``sync_wait_share``) and on the thread's own code (``host_busy_share``)."""
         now = time.perf_counter()
         ring = list(self._ring)  # one C-level copy; the training thread may append meanwhile
         steps = self.steps
@@ -141,6 +165,8 @@ class StepTelemetry:
             "step_time_p50_s": None,
             "step_time_p95_s": None,
             "dataloader_wait_share": None,
+            "sync_wait_share": None,
+            "host_busy_share": None,
             "window_steps": len(window),
             "last_step_age_s": None if last is None else round(now - last, 3),
         }
@@ -150,9 +176,10 @@ class StepTelemetry:
             p50 = _percentile(times, 0.50)
             result["step_time_p50_s"] = round(p50, 6)
             result["step_time_p95_s"] = round(_percentile(times, 0.95), 6)
-            result["dataloader_wait_share"] = (
-                round(sum(s[2] for s in window) / total, 4) if total > 0 else None
-            )
+            for key, column in (("dataloader_wait_share", 2), ("sync_wait_share", 3),
+                                ("host_busy_share", 4)):
+                result[key] = (round(sum(s[column] for s in window) / total, 4)
+                               if total > 0 else None)
             # Steps slower than the window still get a rate: widen it to two steps.
             span = min(max(_WINDOW_S, 2 * p50), now - (self.first_step_at or now))
             count = sum(1 for s in ring if s[0] > now - span)

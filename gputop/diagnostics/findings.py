@@ -33,6 +33,9 @@ CATALOGUE: dict[str, str] = {
     "imbalance": "GPUs of one job do unequal work (a straggler)",
     "hardware-errors": "XID / ECC / remapped-row events",
     "cold-start": "the trace is start-up (context, first allocations, autotune, compile)",
+    # Beyond DESIGN.md's table (docs/ARCHITECTURE.md says why).
+    "host-bound": "the GPU idles while the training thread runs its own code (Python, "
+                  "bookkeeping) outside the DataLoader",
 }
 
 
