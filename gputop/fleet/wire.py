@@ -103,6 +103,7 @@ _MAYBE_DIRTY = re.compile(
     rb"\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])"
     rb"|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
+_snapshot_decoder = msgspec.json.Decoder(_WireSnapshot)
 _encoder = msgspec.json.Encoder()
 
 
@@ -148,23 +149,39 @@ def decode_line(line: bytes) -> Hello | Sample | StreamError:
         return _clean(message) if dirty else message
     if isinstance(message, StreamError):
         return StreamError(one_line(message.message))
-    _check_bounds(message)
-    wire = message.snapshot
-    snap = Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
-                    other_processes=wire.processes)
-    sample = Sample(snap, message.findings)
+    if len(message.findings) > MAX_FINDINGS:
+        raise WireError(f"{len(message.findings)} findings in one sample (limit {MAX_FINDINGS})")
+    sample = Sample(_snapshot(message.snapshot), message.findings)
     return _clean(sample) if dirty else sample
 
 
-def _check_bounds(message: _WireSample) -> None:
-    snap = message.snapshot
+def decode_snapshot(data: bytes) -> Snapshot:
+    """One ``snapshot --json`` object (a recording's ``_snapshots`` row, say) decoded into the
+    model as a stream's sample is: bounded, typed, escaped. Raises ``WireError``."""
+    if len(data) > MAX_LINE:
+        raise WireError(f"snapshot of {len(data)} bytes (limit {MAX_LINE})")
+    try:
+        wire = _snapshot_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise WireError(f"invalid snapshot: {_one_line(exc)}") from None
+    except msgspec.DecodeError as exc:
+        raise WireError(f"not JSON: {_one_line(exc)}") from None
+    snap = _snapshot(wire)
+    return _clean(snap) if _MAYBE_DIRTY.search(data) is not None else snap
+
+
+def _snapshot(wire: _WireSnapshot) -> Snapshot:
+    _check_bounds(wire)
+    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
+                    other_processes=wire.processes)
+
+
+def _check_bounds(snap: _WireSnapshot) -> None:
     if len(snap.gpus) > MAX_GPUS:
         raise WireError(f"{len(snap.gpus)} GPUs in one sample (limit {MAX_GPUS})")
     indices = [g.index for g in snap.gpus]
     if len(set(indices)) != len(indices):
         raise WireError("the same GPU index twice in one sample")
-    if len(message.findings) > MAX_FINDINGS:
-        raise WireError(f"{len(message.findings)} findings in one sample (limit {MAX_FINDINGS})")
     groups = [g.processes for g in snap.gpus] + [snap.processes]
     for procs in groups:
         if len(procs) > MAX_PROCESSES:

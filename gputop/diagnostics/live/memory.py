@@ -45,7 +45,11 @@ def rule_memory(ctx: _Context) -> list[Finding]:
     for index, gpus in ctx.per_gpu():
         fit = ctx.gpus[index].memory
         points = fit.points
-        if len(points) < 8 or points[-1][0] - points[0][0] < MEMORY_MIN_S:
+        if len(points) < 8:
+            continue
+        # Each sample stands for its interval: n samples cover n intervals, not n - 1.
+        covered = (points[-1][0] - points[0][0]) * len(points) / (len(points) - 1)
+        if covered < MEMORY_MIN_S:
             continue
         ts, ys = (points[0][0], points[-1][0]), (points[0][2], points[-1][2])
         slope, r2 = fit.fit()
