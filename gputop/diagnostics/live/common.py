@@ -29,10 +29,11 @@ WINDOW_S = 10.0  # most rules look at the last 10 s
 MIN_SAMPLES = 3
 WARNING_SHARE = 0.05
 CRITICAL_SHARE = 0.25
-# memory-growth fits a line to up to MEMORY_WINDOW_S of samples; it needs MEMORY_MIN_S of them
-# to raise, and a rise that has held MEMORY_CRITICAL_S (not the allocator's first fill) to be
-# called critical.
-MEMORY_MIN_S = 10.0
+# memory-growth fits a line to up to MEMORY_WINDOW_S of samples taken after the job's start-up
+# (the caching allocator's first fill is over by its first step); it needs MEMORY_MIN_S of them,
+# half the rules' window, to raise, and a rise that has held MEMORY_CRITICAL_S to be called
+# critical.
+MEMORY_MIN_S = 5.0
 MEMORY_CRITICAL_S = 60.0
 HUNG_S = 60.0
 MEMORY_WINDOW_S = 300.0

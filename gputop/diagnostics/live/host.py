@@ -4,15 +4,17 @@ Each follows from what the counters mean (see ``common``):
 
 * ``launch-bound``: SM activity (GPM) a small fraction of the time kernels ran. Utilization
   counts any kernel or copy, SM activity the SM-cycles with a warp resident, averaged over the
-  SMs; kernels that fill the GPU make the two about equal (a ResNet on an H200: 100 % and
-  79 %). Less than half (``FILL_SMALL``) means kernels too small to fill the SMs, one launch
-  after another: on an H200, 40 tiny layers read 15-21 % utilization and < 1 % SM activity.
-  The copies' share (PCIe traffic against the link) comes off utilization first. When the
-  launching thread has no slack, every idle SM-cycle is the launch path's.
-* ``host-bound``: the GPU idles while the training thread is busy with its own code outside
-  the DataLoader and device syncs (the agent's step breakdown; without it the process's CPU),
-  and the kernels that do run fill the GPU (else it is ``launch-bound``). Cost: the GPU's idle
-  time, up to the thread's busy share.
+  SMs (DCGM: a kernel of N/k blocks on N SMs reads 1/k); kernels that fill the GPU make the two
+  about equal (a ResNet-18 at batch 256 on an H200: 100 % and 79 %, at batch 32 ~1/3).
+  Under a tenth (``FILL_SMALL``) means kernels of a few blocks each, one launch after another:
+  on an H200, 40 tiny layers read 15-21 % utilization and < 1 % SM activity. The copies' share
+  (PCIe traffic against the link) comes off utilization first. When the launching thread has
+  no slack, every idle SM-cycle is the launch path's.
+* ``host-bound``: the GPU mostly idle (over half the time) while the training thread is busy
+  with its own code outside the DataLoader and device syncs (the agent's step breakdown;
+  without it the process's CPU), and the kernels that do run are not tiny (else it is
+  ``launch-bound``). Cost: the GPU's idle time, up to the thread's busy share. A thread that
+  spins in CUDA's launch queue or a sync reads busy too, so only a mostly idle GPU counts.
 * ``host-sync`` only on positive evidence that the host waits on the device: the agent's timing
   of device syncs (``.item()``, ``.cpu()``, ``torch.cuda.synchronize()``) in each step, or,
   without it, the process seen asleep while its GPU works and running while its GPU idles
@@ -37,7 +39,11 @@ from gputop.diagnostics.live.common import (
 from gputop.diagnostics.live.load import TreeLoad, load_of
 from gputop.diagnostics.live.windows import GpuReadings, _Context
 
-FILL_SMALL = 0.5  # SM activity under half the kernels' time: the kernels do not fill the GPU
+# SM activity under a tenth of the time kernels ran: the kernels average under a tenth of the
+# SMs (DCGM's definition: a kernel of N/k blocks on N SMs reads 1/k), a few blocks each.
+FILL_SMALL = 0.1
+# host-bound: the GPU "mostly idle", more than half the time.
+MOSTLY_IDLE = 0.5
 KERNELS_MIN = WARNING_SHARE  # kernels must run this share of the time to be judged
 # Without the agent: asleep while the GPU works, and running while it idles, in this share of
 # the samples each (two samples of a 10 s window at 1 s).
@@ -83,7 +89,7 @@ def rule_host_bound(ctx: _Context) -> list[Finding]:
     out = []
     for index, gpus in ctx.per_gpu():
         r = ctx.readings(index, gpus)
-        if r.util is None or r.idle < WARNING_SHARE:
+        if r.util is None or r.idle < MOSTLY_IDLE:
             continue
         filled = fill(r)
         if filled is not None and filled < FILL_SMALL:
