@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -141,3 +142,39 @@ def test_no_cause_during_a_real_jobs_start_up(name):
     start = first_step_time(REALGPU / name)
     early = [(e["id"], e["time"] - start) for e in raised(events) if e["time"] < start]
     assert early == []
+
+
+# -- the project's own labelled recordings (tests/data/realgpu, H200) ---------------------------
+
+OWN = Path(__file__).parent / "data" / "realgpu"
+
+
+def own_labels():
+    from gputop.recording.accuracy import read_labels_tsv
+
+    return read_labels_tsv(OWN)
+
+
+def test_the_own_recordings_are_all_labelled():
+    names = {label.name for label in own_labels()}
+    assert names == {"healthy", "starved", "hostbound", "pcie", "tinykernels", "leak", "sync"}
+
+
+@pytest.mark.parametrize("label", own_labels(), ids=lambda label: label.name)
+def test_each_labelled_real_recording_gets_its_right_finding_and_no_false_alarm(label):
+    from gputop.recording.accuracy import score
+
+    outcome = score(label)
+    assert outcome.first_step is not None and outcome.samples >= 30
+    assert outcome.right, (label.expect, outcome.actionable)
+    assert outcome.false_alarms == [], outcome.false_alarms
+
+
+def test_the_cli_replays_an_own_recording_as_the_scorer_does():
+    from gputop.recording.accuracy import score
+
+    label = next(label for label in own_labels() if label.name == "pcie")
+    events, stderr = replay_json(OWN / "pcie")
+    assert [(e["id"], e["time"]) for e in raised(events)] == [
+        (t.finding.id, t.time) for t in score(label).raised]
+    assert "whole samples" in stderr
