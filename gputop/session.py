@@ -67,7 +67,7 @@ def open_sampler(
     sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock,
                                                 pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
-        with StandIns(scenario) as standins:
+        with StandIns(scenario, sim.origin) as standins:
             for index, pids in {**standins.start(skip=attached), **attached}.items():
                 sim.set_processes(index, pids)
             sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo)

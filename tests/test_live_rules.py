@@ -164,7 +164,7 @@ def test_host_bound_from_the_agents_step_breakdown():
 
     found = final(make(0.95, 100))
     assert ids(found) == {"host-bound"} and found[0].severity == "critical"
-    assert "95% of each step" in found[0].evidence and "fill the GPU" in found[0].evidence
+    assert "95% of each step" in found[0].evidence and "not tiny" in found[0].evidence
     # A loop that sleeps between steps (the leak job: 50 ms of sleep per step) idles the GPU
     # but is not busy: not host-bound.
     assert "host-bound" not in ids(final(make(0.1, 15)))

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="stop after S seconds (default: run until interrupted)")
     p.add_argument("--no-where", action="store_true",
                    help="do not sample the Python stacks (py-spy) of a process with a "
-                        "dataloader-stall, host-sync or hung finding to print where it is")
+                        "dataloader-stall, host-bound, host-sync or hung finding to print where "
+                        "it is")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,23 +17,28 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def standin_command(scenario: Scenario, index: int, parent: int) -> list[str]:
+def standin_command(scenario: Scenario, index: int, parent: int,
+                    origin: float | None = None) -> list[str]:
     """The command of GPU ``index``'s stand-in. In `input-starved`, GPU 0 runs a real torch
     training loop with the agent (when torch is installed), so `p` captures real steps; its
-    DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's."""
+    DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's.
+    ``origin``: time.monotonic() when the simulated driver's clock started (a stand-in that
+    takes turns with its GPU follows it)."""
     gpu = scenario.gpus[index]
     if scenario.name == "input-starved" and index == 0 and torch_available():
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--num-workers", str(gpu.workers)]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
-            "--workers", str(gpu.workers), "--parent", str(parent)]
+            "--workers", str(gpu.workers), "--parent", str(parent),
+            *(["--origin", repr(origin)] if origin is not None else [])]
 
 
 class StandIns:
     """The real processes behind a scenario's GPUs. Use as a context manager."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, origin: float | None = None) -> None:
         self.scenario = scenario
+        self.origin = origin  # the simulated driver's clock start (time.monotonic)
         self.procs: dict[int, subprocess.Popen] = {}
 
     def start(self, skip: Collection[int] = ()) -> dict[int, list[int]]:
@@ -43,7 +48,7 @@ class StandIns:
             if index in skip:
                 continue  # a real process of the user's stands there (GPUTOP_DEMO_PIDS)
             self.procs[index] = subprocess.Popen(
-                standin_command(self.scenario, index, me),
+                standin_command(self.scenario, index, me, self.origin),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputop.diagnostics.live.common import agent_share
-from gputop.diagnostics.live.links import board_link
 from gputop.model import Snapshot
+from gputop.pcie import board_link
 
 
 @dataclass

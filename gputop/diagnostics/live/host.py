@@ -103,7 +103,8 @@ def rule_host_bound(ctx: _Context) -> list[Finding]:
             share = min(r.idle, busy)
             if share < WARNING_SHARE:
                 continue
-            sm = (f"; SM activity {r.sm:.0f}%: the kernels that run fill the GPU"
+            sm = (f"; SM activity {r.sm:.0f}% ({pct(filled)} of the SM-time while kernels run): "
+                  "the kernels are not tiny, the GPU waits for the host to send them"
                   if filled is not None else
                   "; no SM activity (GPM) from this GPU: launch overhead cannot be told "
                   "apart from Python" if r.sm is None else "")
