@@ -129,16 +129,21 @@ def error_line(message: str) -> bytes:
 # -- the reader's side -------------------------------------------------------------------------
 
 
-def decode_line(line: bytes) -> Hello | Sample | StreamError:
-    """Decode one line (without its newline). Raises ``WireError`` on anything else."""
-    if len(line) > MAX_LINE:
-        raise WireError(f"line of {len(line)} bytes (limit {MAX_LINE})")
+def _decode(decoder: msgspec.json.Decoder, data: bytes, what: str) -> Any:
+    """``data`` decoded, bounded in size; any failure is a one-line ``WireError``."""
+    if len(data) > MAX_LINE:
+        raise WireError(f"{what} of {len(data)} bytes (limit {MAX_LINE})")
     try:
-        message = _decoder.decode(line)
+        return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise WireError(f"invalid stream data: {_one_line(exc)}") from None
+        raise WireError(f"invalid {what}: {_one_line(exc)}") from None
     except msgspec.DecodeError as exc:
         raise WireError(f"not JSON: {_one_line(exc)}") from None
+
+
+def decode_line(line: bytes) -> Hello | Sample | StreamError:
+    """Decode one line (without its newline). Raises ``WireError`` on anything else."""
+    message = _decode(_decoder, line, "stream line")
     # Escaping walks every string; a line without a \\u escape and without a raw C1 control
     # or bidi character has nothing to escape (raw C0 controls are invalid inside JSON strings).
     dirty = _MAYBE_DIRTY.search(line) is not None
@@ -158,15 +163,7 @@ def decode_line(line: bytes) -> Hello | Sample | StreamError:
 def decode_snapshot(data: bytes) -> Snapshot:
     """One ``snapshot --json`` object (a recording's ``_snapshots`` row, say) decoded into the
     model as a stream's sample is: bounded, typed, escaped. Raises ``WireError``."""
-    if len(data) > MAX_LINE:
-        raise WireError(f"snapshot of {len(data)} bytes (limit {MAX_LINE})")
-    try:
-        wire = _snapshot_decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise WireError(f"invalid snapshot: {_one_line(exc)}") from None
-    except msgspec.DecodeError as exc:
-        raise WireError(f"not JSON: {_one_line(exc)}") from None
-    snap = _snapshot(wire)
+    snap = _snapshot(_decode(_snapshot_decoder, data, "snapshot"))
     return _clean(snap) if _MAYBE_DIRTY.search(data) is not None else snap
 
 
