@@ -203,8 +203,9 @@ def test_the_step_rate_of_a_fast_job_is_its_rate_not_the_ring_over_the_window(ag
 
 def test_the_step_breakdown_tells_busy_python_from_a_sleeping_loop(agent):
     """host_busy_share is the training thread's CPU time on its own code, outside the
-    DataLoader and device syncs: a loop that computes in Python reads high, one that sleeps
-    between steps reads low, and neither has DataLoader or sync time."""
+    DataLoader and device syncs, between two status requests: a loop that computes in Python
+    reads high, one that sleeps between steps reads low, and neither has DataLoader or sync
+    time."""
     model = nn.Linear(8, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
@@ -212,12 +213,20 @@ def test_the_step_breakdown_tells_busy_python_from_a_sleeping_loop(agent):
     def loop(between) -> dict:
         gputop.agent.shutdown()
         gputop.agent.install()
-        for _ in range(12):
+
+        def step() -> None:
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             between()
+
+        for _ in range(3):
+            step()
+        assert status()["host_busy_share"] is None  # no earlier request to compare with yet
+        start = time.monotonic()
+        while time.monotonic() - start < 1.0:
+            step()
         return status()
 
     def python_work() -> None:  # 20 ms of CPU time in Python: bookkeeping

@@ -3,9 +3,9 @@
 The agent never imports torch on its own: a program that does not use torch must not pay for
 it (seconds of start-up, hundreds of MB). A one-shot import hook notices when the program
 imports torch and then registers the global optimizer step post-hook, wraps the DataLoader
-iterator's ``__next__``, and wraps the calls by which the host waits on the device (``SYNCS``):
-each times the call on a CUDA tensor (two clock reads each of wall and thread CPU time, ~1 us)
-and is a plain call otherwise (one attribute test).
+iterator's ``__next__``, and wraps the calls by which the host waits on the device
+(``TENSOR_SYNCS``, ``CUDA_SYNCS``): each times the call on a CUDA tensor (two clock reads) and is
+a plain call otherwise (one attribute test).
 """
 
 from __future__ import annotations
@@ -131,18 +131,18 @@ class TorchHooks:
         if original is None or getattr(original, "_gputop_original", None) is not None:
             return
         telemetry = self.telemetry
-        perf_counter, thread_time = time.perf_counter, time.thread_time
+        perf_counter = time.perf_counter
 
         @functools.wraps(original)
         def __next__(self: Any) -> Any:
             if not telemetry.enabled:
                 return original(self)
-            t0, c0 = perf_counter(), thread_time()
+            t0 = perf_counter()
             try:
                 return original(self)
             finally:
                 try:
-                    telemetry.add_dataloader_wait(perf_counter() - t0, thread_time() - c0)
+                    telemetry.add_dataloader_wait(perf_counter() - t0)
                 except Exception:
                     pass  # never mask the loader's own StopIteration or error
 
@@ -152,19 +152,19 @@ class TorchHooks:
 
     def _wrap_syncs(self, torch: ModuleType) -> None:
         telemetry = self.telemetry
-        perf_counter, thread_time = time.perf_counter, time.thread_time
+        perf_counter = time.perf_counter
 
         def timed(original: Any, on_cuda_tensor: bool) -> Any:
             @functools.wraps(original)
             def call(*args: Any, **kwargs: Any) -> Any:
                 if not telemetry.enabled or (on_cuda_tensor and not args[0].is_cuda):
                     return original(*args, **kwargs)
-                t0, c0 = perf_counter(), thread_time()
+                t0 = perf_counter()
                 try:
                     return original(*args, **kwargs)
                 finally:
                     try:
-                        telemetry.add_sync_wait(perf_counter() - t0, thread_time() - c0)
+                        telemetry.add_sync_wait(perf_counter() - t0)
                     except Exception:
                         pass  # never mask the call's own error
 
