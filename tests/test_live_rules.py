@@ -398,3 +398,14 @@ def test_a_new_root_cause_replaces_the_old_one_in_the_same_tick():
     cleared_idle = [x for x in seen if x[:2] == ("cleared", "gpu-idle")]
     assert raised_idle and raised_loader and cleared_idle
     assert cleared_idle[0][2] == raised_loader[0][2]  # the switch happens in one tick
+
+
+def test_the_costliest_host_cause_wins():
+    # A per-step .item() that waits 5 % of the step, on a GPU idle 78 % behind a thread busy
+    # with its own Python (H200: util 21 %, SM 12 %): host-bound explains the idle time, and
+    # names the sync in its evidence.
+    found = final(lambda t: snap(t, gpu(util=22, sm_active=12.0, processes=(proc(cpu=99, agent={
+        "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": 0.06,
+        "host_busy_share": 0.9}),))))
+    assert [f.id for f in found] == ["host-bound"]
+    assert "host-sync" in found[0].evidence
