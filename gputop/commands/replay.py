@@ -59,5 +59,5 @@ def run(args: argparse.Namespace) -> int:
     for line in replay.problems:
         print(f"gputop replay: {line}", file=sys.stderr)
     for line in coverage.notes():
-        print(f"gputop replay: not assessed: {line}", file=sys.stderr)
+        print(f"gputop replay: {line}", file=sys.stderr)
     return 0
