@@ -10,7 +10,9 @@ both alike and nothing else differs (same process, memory layout, data). It prin
 - the step-time ratio with/without the agent, idle (goal <= 1.005), with the parent polling the
   agent's `status` at 10 Hz (ten times what the monitor does), and for a control run without
   the agent on either side (the method's own noise floor);
-- the agent's own cost per step measured directly (optimizer hook + DataLoader timer);
+- the agent's own cost per step measured directly (optimizer hook + DataLoader timer), and of
+  its device-sync timers: a wrapped `.item()` on a CPU tensor (one attribute test, not timed)
+  and the timing a CUDA tensor's sync gets (two clock reads);
 - the latency of `agent_status()`, which the monitor calls once per tick per process;
 - for one capture (1 warm-up + 3 recorded steps): the time the training thread spends in the
   agent's hook (profiler start, steps, stop) and the training time added overall from the
@@ -123,7 +125,20 @@ def direct_overhead() -> dict:
     original = getattr(wrapped, "_gputop_original", wrapped)
     t_wrapped = best(lambda: wrapped(it))
     t_original = best(lambda: original(it))
-    return {"hook_s": hook - empty, "dataloader_timer_s": max(0.0, t_wrapped - t_original)}
+    # The sync timers: .item() on a CPU tensor passes straight through; a CUDA tensor's sync
+    # (no GPU here) costs the clock reads and the sum, timed as the wrapper does them.
+    scalar = torch.zeros(())
+    item = torch.Tensor.item
+    plain = getattr(item, "_gputop_original", item)
+    perf_counter = time.perf_counter
+
+    def timed_sync() -> None:
+        t0 = perf_counter()
+        telemetry.add_sync_wait(perf_counter() - t0)
+
+    return {"hook_s": hook - empty, "dataloader_timer_s": max(0.0, t_wrapped - t_original),
+            "sync_passthrough_s": max(0.0, best(lambda: item(scalar)) - best(lambda: plain(scalar))),
+            "sync_timing_s": best(timed_sync) - empty}
 
 
 # --- parent ------------------------------------------------------------------------------------
@@ -281,6 +296,11 @@ def main() -> int:
             f"  measured directly: optimizer hook {direct['hook_s'] * 1e6:.2f} us + DataLoader "
             f"timer {direct['dataloader_timer_s'] * 1e6:.2f} us = {per_step * 1e6:.2f} us per "
             f"step = {per_step / base * 100:.3f}% of this model's step"
+        )
+        print(
+            f"  device-sync timers: {direct['sync_passthrough_s'] * 1e6:.2f} us per call on a CPU "
+            f"tensor (not timed), {direct['sync_timing_s'] * 1e6:.2f} us per sync of a CUDA "
+            "tensor (timed)"
         )
 
         from gputop.agent.client import agent_status

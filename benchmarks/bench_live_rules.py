@@ -1,4 +1,4 @@
-"""The live rules' cost per tick as history accumulates: 8 simulated GPUs (`--demo tour`) at
+"""The live rules' cost per tick as history accumulates: 10 simulated GPUs (`--demo tour`) at
 1 s, on a simulated clock, so 11 minutes of history are built in seconds.
 
 The snapshots are sampled for real (simulated NVML, psutil on this host) one simulated second

@@ -17,7 +17,7 @@ from gputop.errors import UsageError
 
 # Order is the order shown in --help.
 COMMANDS = ("top", "snapshot", "watch", "capture", "stacks", "analyze", "run", "record",
-            "report", "stream", "exporter")
+            "report", "replay", "stream", "exporter")
 
 
 def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:

@@ -70,7 +70,7 @@ def open_sampler(
     sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock,
                                                 pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
-        with StandIns(scenario) as standins:
+        with StandIns(scenario, sim.origin) as standins:
             started = standins.start(skip=attached)
             for index, pids in {**started, **attached}.items():
                 sim.set_processes(index, pids)

@@ -199,3 +199,69 @@ def test_the_step_rate_of_a_fast_job_is_its_rate_not_the_ring_over_the_window(ag
     report = status()
     true_rate = (report["steps"] - before) / (time.perf_counter() - t0)
     assert report["steps_per_s"] == pytest.approx(true_rate, rel=0.35), (report, true_rate)
+
+
+def test_the_step_breakdown_tells_busy_python_from_a_sleeping_loop(agent):
+    """host_busy_share is the training thread's CPU time on its own code, outside the
+    DataLoader and device syncs, between two status requests: a loop that computes in Python
+    reads high, one that sleeps between steps reads low, and neither has DataLoader or sync
+    time."""
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+
+    def loop(between) -> dict:
+        gputop.agent.shutdown()
+        gputop.agent.install()
+
+        def step() -> None:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            between()
+
+        for _ in range(3):
+            step()
+        assert status()["host_busy_share"] is None  # no earlier request to compare with yet
+        start = time.monotonic()
+        while time.monotonic() - start < 1.0:
+            step()
+        return status()
+
+    def python_work() -> None:  # 20 ms of CPU time in Python: bookkeeping
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+
+    busy = loop(python_work)
+    sleepy = loop(lambda: time.sleep(0.02))
+    # On an idle core the busy loop reads ~1; this machine's other work stretches its wall
+    # time (not its CPU time), so compare the two rather than assert an absolute share.
+    assert busy["host_busy_share"] > 0.2, busy
+    assert sleepy["host_busy_share"] < 0.5 * busy["host_busy_share"], (busy, sleepy)
+    for reply in (busy, sleepy):
+        assert reply["sync_wait_share"] == 0.0 and reply["dataloader_wait_share"] == 0.0
+
+
+def test_syncs_on_cpu_tensors_are_not_counted_and_the_wrappers_come_off(agent):
+    """The sync wrappers time only CUDA tensors (on a CPU tensor .item() waits on nothing),
+    keep what the calls return, and are removed with the agent."""
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    assert getattr(torch.Tensor.item, "_gputop_original", None) is not None
+    for _ in range(6):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        value = loss.detach()
+        assert isinstance(value.item(), float) and bool(value > -1)
+        assert float(value) == value.item() and value.tolist() == value.item()
+    assert status()["sync_wait_share"] == 0.0
+    gputop.agent.shutdown()
+    assert "item" not in vars(torch.Tensor)  # inherited from TensorBase again
+    assert getattr(torch.cuda.synchronize, "_gputop_original", None) is None
+    gputop.agent.install()
+

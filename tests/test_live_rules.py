@@ -25,10 +25,14 @@ def gpu(index=0, util=97.0, **kw) -> GpuSample:
     return GpuSample(**base)
 
 
-def proc(pid=100, cpu=30.0, workers=(), ppid=1, agent=None) -> ProcSample:
+def proc(pid=100, cpu=30.0, workers=(), ppid=1, agent=None, create_time=-3600.0,
+         state=None) -> ProcSample:
+    """A training process; by default one that started an hour before the history (past its
+    start-up)."""
     return ProcSample(pid=pid, name="python", cpu_percent=cpu, gpu_mem=30 * GIB, ppid=ppid,
                       workers=tuple(WorkerSample(pid + 1 + i, "python", c, 1, "running")
-                                    for i, c in enumerate(workers)), agent=agent)
+                                    for i, c in enumerate(workers)), agent=agent,
+                      create_time=create_time, state=state)
 
 
 def snap(t: float, *gpus: GpuSample, host_cpu: float = 30.0) -> Snapshot:
@@ -59,14 +63,22 @@ def test_dataloader_stall_from_saturated_workers():
     assert "3 DataLoader workers" in f.evidence and "num_workers" in f.fix
 
 
-def test_dataloader_stall_without_workers_and_from_the_agent():
-    no_workers = final(lambda t: snap(t, gpu(util=15, processes=(proc(cpu=99),))))
-    assert ids(no_workers) == {"dataloader-stall"} and "num_workers=0" in no_workers[0].evidence
+def test_dataloader_stall_from_the_agent():
     agent = final(lambda t: snap(t, gpu(util=40, processes=(
         proc(cpu=40, agent={"dataloader_wait_share": 0.6}),))))
     assert ids(agent) == {"dataloader-stall"} and "60%" in agent[0].evidence
     # The same severity scale as a capture: a 60% wait on a 60%-idle GPU is critical.
     assert agent[0].severity == "critical"
+
+
+def test_a_cpu_bound_loop_without_workers_or_agent_is_host_bound():
+    # Without the agent nothing tells loading in the loop (num_workers=0) from other Python:
+    # the training thread is the bottleneck either way, and the finding says both.
+    found = final(lambda t: snap(t, gpu(util=15, processes=(proc(cpu=99),))))
+    assert ids(found) == {"host-bound"}
+    f = found[0]
+    assert f.severity == "critical" and f.pid == 100
+    assert "no step breakdown" in f.evidence and "num_workers=0" in f.fix
 
 
 def test_the_agents_direct_measure_wins_over_nvml():
@@ -107,23 +119,102 @@ def test_low_utilization_with_idle_workers_is_not_a_stall():
         lambda t: snap(t, gpu(util=20, processes=(proc(cpu=5, workers=(3, 2)),)))))
 
 
-def test_host_sync_sawtooth_with_cpu_bound_main():
-    def make(t):
-        phase = (t % 2.6) / 2.6
-        util = 40 + 58 * phase / 0.75 if phase < 0.75 else 3
-        return snap(t, gpu(util=util, processes=(proc(cpu=95),)))
+def sawtooth(t: float) -> float:
+    phase = (t % 2.6) / 2.6
+    return 40 + 58 * phase / 0.75 if phase < 0.75 else 3
+
+
+def test_a_sawtooth_alone_is_not_host_sync():
+    # Start-up and any uneven job make this shape: without evidence that the host waits on
+    # the device it is not a sync (a CPU-bound loop is the host's own work).
+    found = final(lambda t: snap(t, gpu(util=sawtooth(t), processes=(proc(cpu=95),))))
+    assert "host-sync" not in ids(found)
+    assert "host-sync" not in ids(final(lambda t: snap(t, gpu(
+        util=sawtooth(t), processes=(proc(cpu=10),)))))
+
+
+def test_host_sync_from_the_agents_sync_timing():
+    def make(sync):
+        return lambda t: snap(t, gpu(util=60, sm_active=50.0, processes=(proc(cpu=90, agent={
+            "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": sync,
+            "host_busy_share": 0.4}),)))
+
+    found = final(make(0.5))
+    assert ids(found) == {"host-sync"} and found[0].severity == "critical"
+    assert "50% of each step" in found[0].evidence and ".item()" in found[0].fix
+    assert "host-sync" not in ids(final(make(0.02)))  # a sync that costs nothing
+
+
+def test_host_sync_from_a_process_asleep_while_its_gpu_works():
+    def make(t):  # a blocking sync at slow steps: asleep while the GPU works, else running
+        busy = (t % 3) < 2
+        return snap(t, gpu(util=95 if busy else 2, processes=(
+            proc(cpu=40, state="sleeping" if busy else "running"),)))
 
     found = final(make)
     assert ids(found) == {"host-sync"}
-    assert ".item()" in found[0].fix
+    assert "take turns" in found[0].evidence
 
 
-def test_sawtooth_with_an_idle_cpu_is_not_host_sync():
+def test_host_bound_from_the_agents_step_breakdown():
+    def make(busy, cpu):
+        return lambda t: snap(t, gpu(util=20, sm_active=17.0, processes=(proc(cpu=cpu, agent={
+            "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": 0.0,
+            "host_busy_share": busy}),)))
+
+    found = final(make(0.95, 100))
+    assert ids(found) == {"host-bound"} and found[0].severity == "critical"
+    assert "95% of each step" in found[0].evidence and "not tiny" in found[0].evidence
+    # A loop that sleeps between steps (the leak job: 50 ms of sleep per step) idles the GPU
+    # but is not busy: not host-bound.
+    assert "host-bound" not in ids(final(make(0.1, 15)))
+
+
+def test_tiny_kernels_are_launch_bound_not_host_bound():
+    # 40 tiny layers on an H200: utilization 15-21 %, SM activity < 1 %, the thread saturated.
+    found = final(lambda t: snap(t, gpu(util=18, sm_active=0.8, pcie_rx_mbs=5.0,
+                                        processes=(proc(cpu=99),))))
+    assert ids(found) == {"launch-bound"} and found[0].severity == "critical"
+    assert "cannot launch faster" in found[0].evidence
+    # The same loop on a GPU without GPM: the host is the bottleneck, and the finding says
+    # launches cannot be told from Python there.
+    no_gpm = final(lambda t: snap(t, gpu(util=18, pcie_rx_mbs=5.0, processes=(proc(cpu=99),))))
+    assert ids(no_gpm) == {"host-bound"} and "no SM activity" in no_gpm[0].evidence
+
+
+def test_no_cause_during_start_up():
+    # With the agent: until the first optimizer step, whatever the GPU and CPU read.
+    def with_agent(first_step):
+        return lambda t: snap(t, gpu(util=0, mem_used=GIB // 2, processes=(proc(
+            cpu=100, create_time=0.0,
+            agent={"steps": max(0, int(t - first_step)), "dataloader_wait_share": 0.0}),)))
+
+    assert final(with_agent(100), 25) == []
+    after = final(with_agent(5), 25)  # stepping since 5 s, GPU still idle, thread saturated
+    assert ids(after) == {"host-bound"}
+
+    # Without the agent: until its GPU first works (or it is STARTUP_MAX_S old).
+    def young(t):
+        return snap(t, gpu(util=0 if t < 20 else 15,
+                           processes=(proc(cpu=99, create_time=0.0),)))
+
+    assert final(young, 20) == []
+    assert ids(final(young, 28)) == {"host-bound"}
+    # A process that never works is judged once it is too old to be starting.
+    idle = lambda t: snap(t, gpu(util=0, processes=(proc(cpu=1, create_time=0.0),)))  # noqa: E731
+    assert final(idle, 25) == []
+    assert ids(final(idle, 45)) == {"gpu-idle"}
+
+
+def test_memory_growth_leaves_the_start_up_out():
+    # The allocator's first fill during start-up is not a leak; the fit starts at step 1.
     def make(t):
-        phase = (t % 2.6) / 2.6
-        return snap(t, gpu(util=90 if phase < 0.7 else 3, processes=(proc(cpu=10),)))
+        steps = max(0, int(t) - 10)
+        mem = (t * 2 * GIB) if t < 10 else 20 * GIB
+        return snap(t, gpu(mem_used=int(mem), processes=(proc(
+            create_time=0.0, agent={"steps": steps, "dataloader_wait_share": 0.0}),)))
 
-    assert "host-sync" not in ids(final(make))
+    assert "memory-growth" not in ids(final(make, 40))
 
 
 def test_gpu_idle_then_hung():
@@ -166,7 +257,8 @@ def test_memory_pressure_and_growth_with_time_to_oom():
     young = final(lambda t: snap(t, gpu(mem_used=int(20 * GIB + t * 0.2 * GIB))), seconds=20)
     assert ids(young) == {"memory-growth"} and young[0].severity == "warning"
     assert "19 s of history so far" in young[0].evidence
-    assert final(lambda t: snap(t, gpu(mem_used=int(20 * GIB + t * 0.2 * GIB))), 8) == []
+    # Too few samples for a trend (eight are needed, over 5 s).
+    assert final(lambda t: snap(t, gpu(mem_used=int(20 * GIB + t * 0.2 * GIB))), 6) == []
     # Noise around a plateau is not growth.
     flat = final(lambda t: snap(t, gpu(mem_used=int(40 * GIB + ((t * 7) % 5) * 0.1 * GIB))), 60)
     assert "memory-growth" not in ids(flat)
@@ -175,7 +267,25 @@ def test_memory_pressure_and_growth_with_time_to_oom():
 def test_pcie_bound():
     found = final(lambda t: snap(t, gpu(util=40, pcie_rx_mbs=45000.0)))
     assert ids(found) == {"pcie-bound"} and "Gen5 x16" in found[0].evidence
-    assert final(lambda t: snap(t, gpu(util=95, pcie_rx_mbs=45000.0))) == []
+
+
+def test_pcie_bound_whatever_utilization_says():
+    # A copy loop on an H200: utilization counts the copies (52-100 %), SM activity 3-7 %.
+    copies = final(lambda t: snap(t, gpu(util=90, sm_active=5.0, pcie_rx_mbs=45000.0,
+                                         processes=(proc(cpu=99),))))
+    assert [f.id for f in copies] == ["pcie-bound"] and copies[0].severity == "critical"
+    # Compute longer than the copies: they can hide under it.
+    assert final(lambda t: snap(t, gpu(util=99, sm_active=85.0, pcie_rx_mbs=45000.0))) == []
+    assert final(lambda t: snap(t, gpu(util=40, pcie_rx_mbs=9000.0))) == []
+
+
+def test_pcie_link_from_the_datasheet_when_the_driver_lacks_it():
+    bare = dict(pcie_gen=None, pcie_gen_max=None, pcie_width=None, pcie_width_max=None)
+    h200 = final(lambda t: snap(t, gpu(name="NVIDIA H200", util=40, pcie_rx_mbs=45000.0,
+                                       **bare)))
+    assert ids(h200) == {"pcie-bound"} and "H200 Tensor Core GPU datasheet" in h200[0].evidence
+    unknown = final(lambda t: snap(t, gpu(name="Some GPU", util=40, pcie_rx_mbs=45000.0, **bare)))
+    assert "pcie-bound" not in ids(unknown)
 
 
 def test_contention_and_imbalance():
@@ -205,9 +315,13 @@ def test_hardware_errors_lost_gpu_and_ecc():
 
 
 def test_launch_bound_from_gpm():
-    found = final(lambda t: snap(t, gpu(util=95, sm_active=18.0)))
+    # Kernels running all the time but on a few SMs each: per DCGM's definition a kernel of
+    # N/k blocks reads SM activity 1/k.
+    found = final(lambda t: snap(t, gpu(util=95, sm_active=5.0)))
     assert ids(found) == {"launch-bound"} and "torch.compile" in found[0].fix
     assert final(lambda t: snap(t, gpu(util=95, sm_active=80.0))) == []
+    # A fifth of the SMs, the GPU fed all the time: small kernels, not the launch path.
+    assert final(lambda t: snap(t, gpu(util=95, sm_active=18.0))) == []
 
 
 # -- hysteresis ------------------------------------------------------------------------------------
@@ -284,3 +398,14 @@ def test_a_new_root_cause_replaces_the_old_one_in_the_same_tick():
     cleared_idle = [x for x in seen if x[:2] == ("cleared", "gpu-idle")]
     assert raised_idle and raised_loader and cleared_idle
     assert cleared_idle[0][2] == raised_loader[0][2]  # the switch happens in one tick
+
+
+def test_the_costliest_host_cause_wins():
+    # A per-step .item() that waits 5 % of the step, on a GPU idle 78 % behind a thread busy
+    # with its own Python (H200: util 21 %, SM 12 %): host-bound explains the idle time, and
+    # names the sync in its evidence.
+    found = final(lambda t: snap(t, gpu(util=22, sm_active=12.0, processes=(proc(cpu=99, agent={
+        "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": 0.06,
+        "host_busy_share": 0.9}),))))
+    assert [f.id for f in found] == ["host-bound"]
+    assert "host-sync" in found[0].evidence

@@ -89,7 +89,8 @@ def test_unsupported_fields_are_none_and_not_retried(simulated, sim_clock):
     # Missing versioned symbols fell back to the older calls.
     assert gpu.mem_reserved is None  # nvmlDeviceGetMemoryInfo (v1)
     assert rows[0][1] and rows[0][1][0][0] == os.getpid()  # _v2 processes after the mismatch
-    assert gpu.clock_events == ()  # the older throttle-reasons call answered
+    # The older throttle-reasons call answered: at t=0 the job starts up, the GPU idles.
+    assert gpu.clock_events == ("gpu_idle",)
     assert rows[0][2] == {}  # no per-process utilization on this board
     before = dict(sim.calls)
     for t in range(1, 4):
@@ -199,16 +200,52 @@ def test_scenario_signals(simulated, sim_clock):
         values = [v for v in values if v is not None]
         return sum(values) / len(values)
 
-    assert mean(g.util_gpu for g in series[0]) < 40  # input-starved
+    assert mean(g.util_gpu for g in series[0]) < 10  # input-starved (H200: 2-4 %)
     sync = [g.util_gpu for g in series[1]]
-    assert max(sync) > 80 and min(sync) < 10  # host-sync saw-tooth
+    assert max(sync) > 80 and min(sync) < 10  # host-sync: busy, then idle at each sync
     assert all("sw_power_cap" in g.clock_events for g in series[2])  # throttled
     assert series[2][0].sm_clock_mhz < 0.8 * series[2][0].sm_clock_max_mhz
     assert series[3][-1].mem_used > series[3][0].mem_used  # memory-leak
-    assert mean(g.pcie_rx_mbs for g in series[4]) > 20000  # pcie-bound
-    assert mean(g.util_gpu for g in series[5]) > 90  # healthy
+    # pcie-bound: the link near its rate, utilization near 100 % (copies count), SMs idle.
+    pcie = series[4]
+    link = 3.938 * 16 * 1000  # Gen5 x16, MB/s per direction
+    assert mean(g.pcie_rx_mbs for g in pcie) > 0.85 * link
+    assert mean(g.util_gpu for g in pcie) > 90 and mean(g.sm_active for g in pcie) < 5
+    healthy = series[5]
+    assert mean(g.util_gpu for g in healthy) > 90  # healthy: SM activity ~80 % of it
+    assert 0.7 < mean(g.sm_active for g in healthy) / mean(g.util_gpu for g in healthy) < 0.9
     assert mean(g.util_gpu for g in series[6]) == 0 and series[6][0].mem_used > 0  # idle
     assert series[7][-1].lost  # lost after 20 s
+    # host-bound: mostly idle, the kernels that run not tiny; tiny kernels: SMs < 1 %.
+    host = series[8]
+    assert mean(g.util_gpu for g in host) < 20
+    assert mean(g.sm_active for g in host) / mean(g.util_gpu for g in host) > 0.2
+    tiny = series[9]
+    assert 10 < mean(g.util_gpu for g in tiny) < 30 and mean(g.sm_active for g in tiny) < 1
+
+
+def test_every_job_starts_up_first(simulated, sim_clock):
+    """Like a real job (H200: 6-7 s before the first step), each simulated GPU first idles
+    while its memory fills: the context, the model built and copied."""
+    from gputop.collect.scenarios import STARTUP_S
+
+    simulated("tour")
+    collector, _ = open_collector()
+    early = []
+    for step in range(int(STARTUP_S * 4)):
+        sim_clock.t = step * 0.25
+        early.append(collector.sample())
+    sim_clock.t = STARTUP_S + 1
+    later = collector.sample()
+    for rows in early:
+        assert all(g.util_gpu == 0 and not g.sm_active for g, _, _ in rows)
+    mem = [[g.mem_used for g, _, _ in rows] for rows in early]
+    assert all(a < b for a, b in zip(mem[0], mem[-1]))
+    assert mean_util(later) > 10
+
+
+def mean_util(rows) -> float:
+    return sum(g.util_gpu for g, _, _ in rows) / len(rows)
 
 
 def test_decode_clock_events():

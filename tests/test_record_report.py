@@ -23,7 +23,7 @@ def test_demo_recording_report_json_and_html(tmp_path):
                   "--flush-every", "4")
     assert rec.returncode == 0, rec.stderr
     frame = pd.read_parquet(out)  # plain pandas: one row per GPU per sample
-    assert frame.groupby("time").size().unique().tolist() == [8]
+    assert frame.groupby("time").size().unique().tolist() == [10]
     assert {"gpu", "util_gpu", "mem_used", "power_w", "clock_events"} <= set(frame.columns)
     assert len(list(out.glob("part-*.parquet"))) >= 2  # flushed in parts
 
@@ -40,7 +40,7 @@ def test_demo_recording_report_json_and_html(tmp_path):
 
     data = json.loads(run_cli("report", str(out), "--json").stdout)
     gpus = {g["gpu"]: g for g in data["gpus"]}
-    assert len(gpus) == 8 and gpus[2]["throttled_by"]["sw_power_cap"] > 0
+    assert len(gpus) == 10 and gpus[2]["throttled_by"]["sw_power_cap"] > 0
     assert gpus[2]["energy_kwh"] > 0 and gpus[0]["util_p95"] >= gpus[0]["util_p5"]
     # The same numbers as the text report.
     assert f"{gpus[2]['util_mean']:.0f}/" in text

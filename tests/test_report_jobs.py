@@ -97,7 +97,7 @@ def test_a_reader_that_leaves_the_pipe_is_not_an_error(small_recording):
 
 @pytest.mark.parametrize("args", [["--gpus", "99", "snapshot"],
                                   ["--demo", "tour", "--gpus", "1,99", "snapshot"],
-                                  ["--demo", "tour", "snapshot", "--gpus", "8"]])
+                                  ["--demo", "tour", "snapshot", "--gpus", "10"]])
 def test_gpus_that_do_not_exist_are_one_line_and_exit_2(args):
     done = run_cli(*args)
     assert done.returncode == 2, done.stdout

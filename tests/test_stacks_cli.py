@@ -155,8 +155,9 @@ def test_failures_are_one_line(spawn):
 
 
 def test_watch_prints_where_the_stall_is(loader_job):
-    """The job stands on the demo's GPU 0 (GPUTOP_DEMO_PIDS): its dataloader-stall raises,
-    then a `where` line names the function."""
+    """The job stands on the demo's GPU 0 (GPUTOP_DEMO_PIDS), loading in its loop without the
+    agent: host-bound raises (from outside, loading and other Python read the same), then a
+    `where` line names the function: the loader's."""
     watch = subprocess.Popen(
         [sys.executable, "-m", "gputop", "--demo", "input-starved", "watch", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
@@ -171,10 +172,9 @@ def test_watch_prints_where_the_stall_is(loader_job):
             return next((e for e in events if e["state"] == "where"), None)
 
         event = wait_for(located, timeout=2 * SLOW, interval=0.2)
-        assert event["id"] == "dataloader-stall" and event["pid"] == loader_job.pid
+        assert event["id"] == "host-bound" and event["pid"] == loader_job.pid
         assert event["where"].startswith("decode_sample (plain_train.py:"), event
-        raised = next(e for e in events if e["state"] == "raised"
-                      and e["id"] == "dataloader-stall")
+        raised = next(e for e in events if e["state"] == "raised" and e["id"] == "host-bound")
         assert "where" not in raised  # it is sampled after the raise, then told
         watch.send_signal(signal.SIGINT)
         assert watch.wait(SLOW) == 130

@@ -117,8 +117,9 @@ def test_in_a_terminal_p_shows_the_stacks_and_the_stall_names_its_function(termi
         term = terminal(160, 50, GPUTOP_DEMO_PIDS=f"0:{job.pid}")
         proc = start(term, "--demo input-starved")
         wait_for(lambda: str(job.pid) in term.capture(), timeout=SLOW)
-        # The live rule raises dataloader-stall; the where line comes from py-spy after it.
-        wait_for(lambda: "dataloader-stall" in term.capture(), timeout=2 * SLOW, interval=0.2)
+        # Without the agent nothing tells loading in the loop from other Python: the live
+        # rule raises host-bound, and the where line (py-spy, after it) names the loader.
+        wait_for(lambda: "host-bound" in term.capture(), timeout=2 * SLOW, interval=0.2)
         wait_for(lambda: "where: decode_sample" in term.capture(), timeout=SLOW, interval=0.2)
         pressed = time.monotonic()
         term.keys("p")

@@ -173,7 +173,7 @@ def test_80x24_keeps_the_essentials_and_a_resize_uses_the_space(terminal):
     small = term.capture().splitlines()
     assert len(small) == 24 and max(len(line) for line in small) <= 80
     assert any("q Quit" in line for line in small)  # the footer is not clipped
-    assert any(line.startswith(" 7 NVIDIA L40S") for line in small)  # all 8 GPUs, one each
+    assert any(line.startswith(" 9 NVIDIA H100") for line in small)  # all 10 GPUs, one each
     term.tmux("resize-window", "-t", "main", "-x", "200", "-y", "60")
 
     def uses_space() -> bool:

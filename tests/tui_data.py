@@ -58,7 +58,12 @@ def _processes(gpu: GpuSample, kind: str, n_workers: int, step: int) -> tuple[Pr
                      rss=900 * MIB, state="running" if starved else "sleeping")
         for k in range(n_workers)
     )
-    main_cpu = {"host-sync": 100.0, "idle": 0.0, "input-starved": 8.0}.get(kind, 35.0)
+    main_cpu = {"host-sync": 30.0, "idle": 0.0, "input-starved": 8.0, "host-bound": 100.0,
+                "tiny-kernels": 99.0}.get(kind, 35.0)
+    if kind == "host-sync":  # asleep in a sync while its GPU works, running while it idles
+        state = "sleeping" if (gpu.util_gpu or 0) >= 50 else "running"
+    else:
+        state = "sleeping" if starved else "running"
     return (
         ProcSample(
             pid=pid,
@@ -68,7 +73,7 @@ def _processes(gpu: GpuSample, kind: str, n_workers: int, step: int) -> tuple[Pr
             cpu_percent=main_cpu,
             rss=6 * GIB,
             user="alice",
-            state="sleeping" if starved else "running",
+            state=state,
             threads=24,
             create_time=START - 3600,
             cmdline=f"/opt/conda/bin/python train.py --config {kind}.yaml --gpu {gpu.index}",

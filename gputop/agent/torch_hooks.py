@@ -2,8 +2,10 @@
 
 The agent never imports torch on its own: a program that does not use torch must not pay for
 it (seconds of start-up, hundreds of MB). A one-shot import hook notices when the program
-imports torch and then registers the global optimizer step post-hook and wraps the DataLoader
-iterator's ``__next__``.
+imports torch and then registers the global optimizer step post-hook, wraps the DataLoader
+iterator's ``__next__``, and wraps the calls by which the host waits on the device
+(``TENSOR_SYNCS``, ``CUDA_SYNCS``): each times the call on a CUDA tensor (two clock reads) and is
+a plain call otherwise (one attribute test).
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ from types import ModuleType
 from typing import Any
 
 from gputop.agent.telemetry import StepTelemetry
+
+# Tensor methods that copy a CUDA tensor's value to the host, so the host waits until the
+# device has computed it (CUDA semantics: a device-to-host copy to pageable memory is
+# synchronous; a tensor's truth value or number needs its value).
+TENSOR_SYNCS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
+# Explicit waits: the whole device, one event, one stream.
+CUDA_SYNCS = (("torch.cuda", "synchronize"), ("torch.cuda.Event", "synchronize"),
+              ("torch.cuda.Stream", "synchronize"))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -80,6 +90,8 @@ class TorchHooks:
         self.problem: str | None = "the process has not imported torch (yet)"
         self._dataloader_class: Any = None
         self._original_next: Any = None
+        # (owner, name, original, whether the owner itself defined it)
+        self._wrapped: list[tuple[Any, str, Any, bool]] = []
 
     def place(self, _torch: ModuleType | None = None) -> None:
         """Place the hooks; called on the thread that imported torch. Never raises."""
@@ -98,6 +110,7 @@ class TorchHooks:
             self.step_hook = register_optimizer_step_post_hook(self.telemetry.optimizer_hook)
             self.problem = None
             self._wrap_dataloader_next()
+            self._wrap_syncs(torch)
         except Exception as exc:
             self.problem = f"could not hook into torch: {type(exc).__name__}: {exc}"[:300]
             self.telemetry.record_error(exc)
@@ -137,6 +150,44 @@ class TorchHooks:
         cls.__next__ = __next__
         self._dataloader_class, self._original_next = cls, original
 
+    def _wrap_syncs(self, torch: ModuleType) -> None:
+        telemetry = self.telemetry
+        perf_counter = time.perf_counter
+
+        def timed(original: Any, on_cuda_tensor: bool) -> Any:
+            @functools.wraps(original)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if not telemetry.enabled or (on_cuda_tensor and not args[0].is_cuda):
+                    return original(*args, **kwargs)
+                t0 = perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    try:
+                        telemetry.add_sync_wait(perf_counter() - t0)
+                    except Exception:
+                        pass  # never mask the call's own error
+
+            call._gputop_original = original  # type: ignore[attr-defined]
+            return call
+
+        targets = [(torch.Tensor, name, True) for name in TENSOR_SYNCS]
+        for owner_path, name in CUDA_SYNCS:
+            owner: Any = torch
+            for part in owner_path.split(".")[1:]:
+                owner = getattr(owner, part, None)
+            targets.append((owner, name, False))
+        for owner, name, on_tensor in targets:
+            original = getattr(owner, name, None) if owner is not None else None
+            if original is None or getattr(original, "_gputop_original", None) is not None:
+                continue
+            own = name in vars(owner)
+            try:
+                setattr(owner, name, timed(original, on_tensor))
+            except (AttributeError, TypeError):
+                continue
+            self._wrapped.append((owner, name, original, own))
+
     def remove(self) -> None:
         """Undo everything (tests, benchmarks)."""
         if self.step_hook is not None:
@@ -146,3 +197,9 @@ class TorchHooks:
         if self._dataloader_class is not None:
             self._dataloader_class.__next__ = self._original_next
             self._dataloader_class = self._original_next = None
+        for owner, name, original, own in reversed(self._wrapped):
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)  # inherited again, as before
+        self._wrapped.clear()

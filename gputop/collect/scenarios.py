@@ -4,6 +4,18 @@ A scenario is a list of simulated GPUs, each with a board model and a behaviour 
 driver's readings as a pure function of (time, seed): the same seed replays the same run. Each GPU
 also names the stand-in process the demo starts for it (``standin``), whose real CPU behaviour
 matches what the GPU shows (see ``gputop/demo/standin.py``).
+
+The readings are what a real driver reads (an H200, driver 580, running jobs with one known
+problem each; ``tests/data/realgpu``):
+
+* utilization is the share of time a kernel *or a copy* ran: copies at the link's rate keep it
+  near 100 % with the SMs idle;
+* GPM's SM activity is the share of SM-cycles with a warp resident, so it is the kernels' share
+  of the time times how much of the GPU they fill (``fill``): a ResNet-18 at batch 256 fills
+  ~80 %, 40 tiny layers ~1 %;
+* every job starts up first (``STARTUP_S``): the context is made and the model built and copied
+  with nothing running on the GPU while its memory fills;
+* one behaviour per cause the live rules name (see ``SCENARIOS``).
 """
 
 from __future__ import annotations
@@ -11,6 +23,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
+
+from gputop.pcie import capacity_mbs
 
 GIB = 1024**3
 MIB = 1024**2
@@ -136,8 +150,20 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         _scenario(
             "host-sync",
-            "A100 utilization saw-tooth: the CPU-bound main process syncs every step",
+            "A100 and a loop that blocks in a sync every (slow) step: it sleeps while the GPU "
+            "works, and the GPU idles while it runs",
             [GpuBehaviour("host-sync", A100, "sync")],
+        ),
+        _scenario(
+            "host-bound",
+            "H100 mostly idle while the training thread runs Python bookkeeping between steps",
+            [GpuBehaviour("host-bound", H100, "busy")],
+        ),
+        _scenario(
+            "launch-bound",
+            "H100 running many tiny kernels: utilization ~18 %, SM activity < 1 %, the "
+            "launching thread saturated",
+            [GpuBehaviour("tiny-kernels", H100, "busy")],
         ),
         _scenario(
             "throttled",
@@ -151,7 +177,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         _scenario(
             "pcie-bound",
-            "A100 with the PCIe link saturated by host-to-device copies while the GPU waits",
+            "A100 with the PCIe link saturated by host-to-device copies: utilization near 100 % "
+            "(copies count) while the SMs wait",
             [GpuBehaviour("pcie-bound", A100, "trainer", workers=2)],
         ),
         _scenario(
@@ -181,16 +208,18 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         _scenario(
             "tour",
-            "8 GPUs, a different problem on each",
+            "10 GPUs, a different problem on each",
             [
                 GpuBehaviour("input-starved", A100, "starved", workers=2),
                 GpuBehaviour("host-sync", A100, "sync"),
                 GpuBehaviour("throttled", H100, "trainer", workers=1),
                 GpuBehaviour("memory-leak", H100, "trainer", workers=1),
-                GpuBehaviour("pcie-bound", A100, "trainer", workers=1),
+                GpuBehaviour("pcie-bound", H100, "trainer", workers=1),
                 GpuBehaviour("healthy", H100, "trainer", workers=1, extra_pids=1),
                 GpuBehaviour("idle", L40S, "idle"),
                 GpuBehaviour("healthy", L40S, "trainer", workers=1, lost_after=20.0),
+                GpuBehaviour("host-bound", H100, "busy"),
+                GpuBehaviour("tiny-kernels", H100, "busy"),
             ],
         ),
     ]
@@ -233,9 +262,19 @@ REASON_HW_SLOWDOWN = 0x8
 REASON_SW_THERMAL = 0x20
 REASON_HW_THERMAL = 0x40
 
-# Seconds per simulated step of the saw-tooth; not a multiple of common sampling intervals,
-# so 1 s samples walk across the whole cycle instead of hitting the same phases.
+# Seconds per simulated step of the host-sync GPU; not a multiple of common sampling intervals,
+# so 1 s samples walk across the whole cycle instead of hitting the same phases. For the first
+# HOST_SYNC_BUSY of each step the GPU works while the host waits in a blocking sync; for the
+# rest the host runs (its Python, the next launches) while the GPU idles. The demo's stand-in
+# follows the same clock (``gputop/demo/standin.py``).
 HOST_SYNC_PERIOD = 2.6
+HOST_SYNC_BUSY = 0.7
+# A job's start-up in the demo: context, model build and copy, first batches (a real one takes
+# 5-10 s; the demo's are short so that its findings come soon).
+STARTUP_S = 3.0
+# Copies move at about this share of the link's theoretical rate (packet headers and flow
+# control take the rest of it).
+COPY_EFFICIENCY = 0.92
 
 
 _MASK = (1 << 64) - 1
@@ -251,6 +290,58 @@ def _noise(seed: int, gpu: int, t: float, channel: int) -> float:
     return x / float(1 << 63) - 1.0
 
 
+@dataclass(frozen=True)
+class _Work:
+    """What a GPU does at one instant: the share of time kernels run, how much of the GPU they
+    fill (SM activity over kernel time), and the PCIe traffic (MB/s)."""
+
+    kernels: float
+    fill: float
+    rx: float
+    tx: float
+
+
+# How much of the GPU each behaviour's kernels fill while they run.
+FILL = {"healthy": 0.78, "throttled": 0.78, "memory-leak": 0.78, "input-starved": 0.4,
+        "host-sync": 0.8, "pcie-bound": 0.5, "host-bound": 0.35, "tiny-kernels": 0.015,
+        "idle": 0.0}
+
+
+def _work(kind: str, t: float, n, link_mbs: float) -> _Work:
+    fill = FILL.get(kind, 0.78)
+    if kind == "input-starved":
+        # A little work per batch, the rest waiting for the next one (H200: 2-4 %).
+        return _Work(0.04 + 0.015 * n(0), fill, 150.0 + 100 * n(2), 10.0 + 5 * n(3))
+    if kind == "host-sync":
+        phase = (t % HOST_SYNC_PERIOD) / HOST_SYNC_PERIOD
+        busy = phase < HOST_SYNC_BUSY
+        return _Work(0.95 + 0.03 * n(0) if busy else 0.02, fill,
+                     (900.0 if busy else 30.0) + 50 * n(2), 80.0 + 20 * n(3))
+    if kind == "pcie-bound":
+        # Copies at the link's rate and a small matmul on what arrived (H200: 55-59 GB/s of
+        # Gen5 x16, utilization ~100 %, SM activity < 1 %).
+        return _Work(0.04 + 0.01 * n(0), fill, link_mbs * (0.90 + 0.02 * n(2)), 40.0 + 10 * n(3))
+    if kind == "host-bound":
+        # The step's kernels, then the host's Python bookkeeping with nothing to run.
+        return _Work(0.10 + 0.015 * n(0), fill, 120.0 + 30 * n(2), 25.0 + 5 * n(3))
+    if kind == "tiny-kernels":
+        # Kernels of a block or two each, launched one by one (H200: 15-21 %, SM < 1 %).
+        return _Work(0.18 + 0.02 * n(0), fill, 8.0 + 2 * n(2), 4.0 + n(3))
+    if kind == "idle":
+        return _Work(0.0, fill, 0.0, 0.0)
+    busy = 0.99 + 0.005 * n(0) if kind == "throttled" else 0.97 + 0.02 * n(0)
+    return _Work(busy, fill, 1800.0 + 300 * n(2), 150.0 + 40 * n(3))
+
+
+def _mem_frac(kind: str, t: float, n) -> float:
+    if kind == "memory-leak":
+        # Grows 0.4 %/s from 30 %; the simulated job "restarts" when it would OOM.
+        return 0.30 + 0.004 * (t % 170.0)
+    if kind == "idle":
+        return 0.41  # memory held, nothing running: a job waiting on I/O or a peer
+    return 0.72 + 0.005 * n(1)
+
+
 def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuReading:
     """The driver's readings for GPU ``index`` at ``t`` seconds into the run."""
     if behaviour.mig:
@@ -261,92 +352,75 @@ def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuRead
         return _noise(seed, index, t, ch)
 
     kind = behaviour.kind
-    util = 97.0 + 2.0 * n(0)
-    mem_frac = 0.72 + 0.005 * n(1)
-    pcie_rx = 1800.0 + 300 * n(2)  # MB/s: batches coming in
-    pcie_tx = 150.0 + 40 * n(3)
+    link_mbs = capacity_mbs(m.pcie_gen_max, m.pcie_width_max)
     events = 0
     clock_frac = 0.98
     temp = 66.0 + 2 * n(4)
     ecc = 0
-    sm_active_frac = 0.85
-
-    if kind == "input-starved":
-        # Short bursts of work whenever a batch arrives, idle otherwise.
-        phase = (t % 1.5) / 1.5
-        util = (88.0 if phase < 0.2 else 3.0) + 3 * n(0)
-        util = max(0.0, util)
-        pcie_rx = (2500.0 if phase < 0.2 else 40.0) + 20 * n(2)
-        temp = 48.0 + 2 * n(4)
-        sm_active_frac = 0.8
-    elif kind == "host-sync":
-        # Utilization ramps while the queue fills, drops to zero at each .item() sync.
-        phase = (t % HOST_SYNC_PERIOD) / HOST_SYNC_PERIOD
-        util = max(0.0, (40.0 + 58.0 * phase / 0.75 if phase < 0.75 else 3.0) + 2 * n(0))
-        util = min(util, 100.0)
-        temp = 58.0 + 2 * n(4)
-    elif kind == "throttled":
-        util = 99.0 + 0.5 * n(0)
-        if t >= 3.0:
-            events |= REASON_SW_POWER_CAP
-            clock_frac = 0.72 + 0.02 * n(5)
-        if t >= 40.0:
-            temp = min(92.0, 84.0 + (t - 40.0) * 0.4) + 0.5 * n(4)
-            events |= REASON_SW_THERMAL
-            if t >= 50.0:
-                events |= REASON_HW_THERMAL
-            clock_frac = 0.55 + 0.02 * n(5)
-        else:
-            temp = 78.0 + 2 * n(4)
-    elif kind == "memory-leak":
-        # Grows 0.4 %/s from 30 %; the simulated job "restarts" when it would OOM.
-        mem_frac = 0.30 + 0.004 * (t % 170.0)
-    elif kind == "pcie-bound":
-        link_mbs = 31500.0 if m.pcie_gen_max >= 5 else 24000.0
-        pcie_rx = link_mbs * (0.92 + 0.03 * n(2))
-        util = 38.0 + 6 * n(0)
-        temp = 55.0 + 2 * n(4)
-    elif kind == "idle":
-        # Memory held, nothing running: a job waiting on I/O or a peer.
-        util = 0.0
-        mem_frac = 0.41
-        pcie_rx = 0.0
-        pcie_tx = 0.0
+    if t < STARTUP_S:
+        # Start-up: the context, then the model is built and its memory fills; nothing runs.
+        work = _Work(0.0, 0.0, 0.5 + 0.1 * n(2), 10.0 + 2 * n(3))
+        mem_frac = 0.005 + (_mem_frac(kind, STARTUP_S, n) - 0.005) * t / STARTUP_S
         events = REASON_IDLE
-        clock_frac = 0.1
-        temp = 36.0 + n(4)
-        sm_active_frac = 0.0
+        clock_frac = 0.3
+        temp = 38.0 + n(4)
+    else:
+        work = _work(kind, t, n, link_mbs)
+        mem_frac = _mem_frac(kind, t, n)
+        if kind == "throttled":
+            if t >= 3.0:
+                events |= REASON_SW_POWER_CAP
+                clock_frac = 0.72 + 0.02 * n(5)
+            if t >= 40.0:
+                temp = min(92.0, 84.0 + (t - 40.0) * 0.4) + 0.5 * n(4)
+                events |= REASON_SW_THERMAL
+                if t >= 50.0:
+                    events |= REASON_HW_THERMAL
+                clock_frac = 0.55 + 0.02 * n(5)
+            else:
+                temp = 78.0 + 2 * n(4)
+        elif kind == "idle":
+            events = REASON_IDLE
+            clock_frac = 0.1
+            temp = 36.0 + n(4)
+        elif work.kernels < 0.5:
+            temp = 48.0 + 2 * n(4)
 
     if behaviour.lost_after is not None and t >= behaviour.lost_after - 3.0:
         ecc = 1 + int(max(0.0, t - (behaviour.lost_after - 3.0)) * 4)  # errors before the loss
 
-    util = max(0.0, min(100.0, util))
-    busy = util / 100.0
-    power = m.idle_power_w + (m.power_limit_w - m.idle_power_w) * busy * 0.85 + 8 * n(6)
+    kernels = max(0.0, min(1.0, work.kernels))
+    rx, tx = max(0.0, work.rx), max(0.0, work.tx)
+    copies = min(1.0, max(rx, tx) / (link_mbs * COPY_EFFICIENCY))
+    # NVML utilization: the share of time a kernel or a copy ran (taken as independent).
+    util = 100.0 * (1.0 - (1.0 - kernels) * (1.0 - copies))
+    busy = kernels * 0.85 + copies * 0.15  # copies draw little power
+    power = m.idle_power_w + (m.power_limit_w - m.idle_power_w) * busy + 8 * n(6)
     if events & REASON_SW_POWER_CAP:
         power = m.power_limit_w * (0.995 + 0.004 * n(6))
     power = max(m.idle_power_w * 0.8, min(power, m.power_limit_w))
-    sm_active = util * sm_active_frac
+    sm_active = 100.0 * kernels * work.fill
     tensor = sm_active * (0.55 if kind in ("healthy", "throttled", "memory-leak") else 0.2)
+    working = t >= STARTUP_S and kind != "idle"
     return GpuReading(
         util_gpu=round(util),
-        util_mem=round(util * 0.45),
+        util_mem=round(100.0 * kernels * 0.45),
         mem_used=int(m.mem_total * mem_frac),
         power_w=power,
-        pcie_tx_kbs=max(0.0, pcie_tx) * 1000,
-        pcie_rx_kbs=max(0.0, pcie_rx) * 1000,
+        pcie_tx_kbs=tx * 1000,
+        pcie_rx_kbs=rx * 1000,
         temperature_c=round(temp),
         fan_percent=round(30 + 0.6 * max(0.0, temp - 30)),
         sm_clock=round(m.sm_clock_max * clock_frac),
-        mem_clock=m.mem_clock_max if kind != "idle" else round(m.mem_clock_max * 0.2),
-        pcie_gen=m.pcie_gen_max if kind != "idle" else 1,
+        mem_clock=m.mem_clock_max if working else round(m.mem_clock_max * 0.2),
+        pcie_gen=m.pcie_gen_max if working else 1,
         clock_events=events,
-        pstate=0 if kind != "idle" else 8,
+        pstate=0 if working else 8,
         ecc_volatile=ecc,
         sm_active=sm_active,
         sm_occupancy=sm_active * 0.6,
         tensor_active=tensor,
-        dram_active=util * 0.5,
+        dram_active=100.0 * kernels * 0.5,
     )
 
 

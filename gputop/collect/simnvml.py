@@ -92,6 +92,9 @@ class SimulatedNvml(SimulatedMig):
         self.pcie_sample_s = pcie_sample_s
         start = time.monotonic()
         self.clock = clock or (lambda: time.monotonic() - start)
+        # time.monotonic() at the clock's zero (None for a clock of the caller's): stand-ins
+        # that follow the simulated GPU's phases read it.
+        self.origin: float | None = None if clock else start
         self._lock = threading.Lock()
         self.processes: dict[int, list[SimProcess]] = {i: [] for i in range(len(scenario.gpus))}
         self._energy = [(0.0, 0.0) for _ in scenario.gpus]  # (last t, joules)

@@ -22,13 +22,23 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "rank at the same steps; without the agent, the process's Python stacks sampled with "
         "py-spy), ? help. "
         "With --hosts/--hostfile/--slurm: every node over ssh on one screen (Enter: a node's "
-        "screen, p: capture on the node, r: retry a node now). Respects NO_COLOR.",
+        "screen, p: capture on the node, r: retry a node now). With --replay DIR: a "
+        "recording played back, its charts, processes and the live rules' findings as they "
+        "were (space pause, left/right step a sample, [ ] seek a minute, Home/End). "
+        "Respects NO_COLOR.",
+    )
+    p.add_argument(
+        "--replay",
+        metavar="DIR",
+        help="play back a `gputop record` directory instead of sampling: the same screen, at "
+        "the pace it was recorded, with the findings of the live rules run over it (as "
+        "`gputop replay DIR` prints them)",
     )
     p.add_argument(
         "--auto-capture",
         action="store_true",
-        help="when a stall finding (dataloader-stall, host-sync, launch-bound, gpu-idle, "
-        "pcie-bound) raises on a process with the gputop agent, capture it by itself (at most "
+        help="when a stall finding (dataloader-stall, host-sync, host-bound, launch-bound, "
+        "gpu-idle, pcie-bound) raises on a process with the gputop agent, capture it by itself (at most "
         "once per 10 minutes per process) and show the verdict and trace under the finding; "
         "on a process without the agent, sample its Python stacks (py-spy) and show where it "
         "is instead",
@@ -39,11 +49,17 @@ def run(args: argparse.Namespace) -> int:
     from gputop.fleet.cli import fleet_requested, run_fleet_top
 
     if fleet_requested(args):  # --hosts, --hostfile, --slurm: the fleet screen
+        if getattr(args, "replay", None):
+            raise UsageError("--replay plays a recording of this node: it takes no --hosts, "
+                             "--hostfile or --slurm")
         return run_fleet_top(args)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError(
             "the live monitor needs a terminal; for text output use `gputop snapshot`"
+            + (" (`gputop replay DIR` for a recording)" if getattr(args, "replay", None) else "")
         )
+    if getattr(args, "replay", None):
+        return _run_replay(args)
     from gputop.tui.early_start import EarlySampler
 
     # No cyclic garbage collection until the first frames are drawn (the app collects once
@@ -69,3 +85,42 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(int(code or 0))
+
+
+# A replay keeps its samples in memory: this many at most (5.5 h at 1 s; a snapshot of a few
+# GPUs and their processes takes a few KiB).
+MAX_REPLAY_SAMPLES = 20_000
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    """`gputop top --replay DIR`: the monitor's screen over a recording."""
+    from itertools import islice
+    from pathlib import Path
+
+    from gputop.recording.replay import open_replay
+    from gputop.recording.store import RecordingError
+
+    if args.demo is not None:
+        raise UsageError("--replay plays a recording: it takes no --demo")
+    try:
+        replay = open_replay(Path(args.replay))
+        snapshots = list(islice(replay.snapshots(), MAX_REPLAY_SAMPLES))
+    except RecordingError as exc:
+        raise UsageError(str(exc), exit_code=1) from None
+    if not snapshots:
+        raise UsageError(f"{args.replay} holds no sample that could be replayed", exit_code=1)
+    from gputop.tui.app import GputopApp
+    from gputop.tui.replay_feed import ReplayFeed
+
+    feed = ReplayFeed(lambda frame: None, snapshots, own_pid=replay.own_pid)
+    app = GputopApp(interval=replay.interval, replay=feed)
+    code = app.run()
+    for line in replay.problems:
+        print(f"gputop: replay: {line}", file=sys.stderr)
+    if replay.count > MAX_REPLAY_SAMPLES:
+        print(f"gputop: replay: showed the first {MAX_REPLAY_SAMPLES} of {replay.count} samples",
+              file=sys.stderr)
+    if app.error:
+        print(f"gputop: error: the replay stopped: {app.error}", file=sys.stderr)
+        code = 1
+    return int(code or 0)

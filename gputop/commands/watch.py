@@ -6,15 +6,8 @@ import argparse
 import json
 import signal
 import sys
-import time
-from typing import TYPE_CHECKING
 
 from gputop.errors import UsageError
-from gputop.format import safe_text
-
-if TYPE_CHECKING:
-    from gputop.diagnostics.findings import Finding
-    from gputop.diagnostics.live import Transition
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -33,28 +26,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="stop after S seconds (default: run until interrupted)")
     p.add_argument("--no-where", action="store_true",
                    help="do not sample the Python stacks (py-spy) of a process with a "
-                        "dataloader-stall, host-sync or hung finding to print where it is")
-
-
-def format_transition(t: Transition) -> str:
-    f = t.finding
-    stamp = time.strftime("%H:%M:%S", time.localtime(t.time))
-    where = " ".join(x for x in (f"GPU {f.gpu}" if f.gpu is not None else "",
-                                 f"pid {f.pid}" if f.pid is not None else "") if x)
-    if t.state == "cleared":
-        return f"{stamp} cleared  {f.id} {where}: {f.title}"
-    return (f"{stamp} RAISED   {f.severity} {f.id} {where}: {f.title}\n"
-            f"         evidence: {f.evidence}\n"
-            f"         fix: {f.fix}\n"
-            f"         next: {f.next_step}")
-
-
-def format_where(f: Finding, when: float) -> str:
-    """The line printed when an active finding's "where" becomes known (after its raise)."""
-    stamp = time.strftime("%H:%M:%S", time.localtime(when))
-    place = " ".join(x for x in (f"GPU {f.gpu}" if f.gpu is not None else "",
-                                 f"pid {f.pid}" if f.pid is not None else "") if x)
-    return f"{stamp} where    {f.id} {place}: {safe_text(f.where)}"
+                        "dataloader-stall, host-bound, host-sync or hung finding to print where "
+                        "it is")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if fleet_requested(args):  # --hosts and the like: the findings of every node
         return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.
+    from gputop.diagnostics.live.lines import format_where, transition_line
     from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
     from gputop.session import open_sampler, sample_every
 
@@ -80,10 +54,7 @@ def run(args: argparse.Namespace) -> int:
             host = sampler.host.hostname
             for snap in sample_every(sampler, args.interval, args.duration):
                 for transition in diagnosis.update(snap):
-                    if args.json:
-                        print(json.dumps(transition.to_json(host)), flush=True)
-                    else:
-                        print(format_transition(transition), flush=True)
+                    print(transition_line(transition, host, args.json), flush=True)
                 # A raised stall's stacks are sampled in the background: once they say
                 # where, one more line for that finding.
                 for found in where.update(diagnosis.findings()) if where is not None else ():

@@ -4,7 +4,10 @@ Run as ``python -m gputop.demo.standin KIND --workers N --parent PID``:
 
 * ``trainer``: a healthy job: the main process busy ~15 %, workers lightly loaded;
 * ``starved``: the main process waits on its DataLoader-like workers, each of which burns a core;
-* ``sync``: the main process is CPU-bound (~95 % of a core) with no workers;
+* ``busy``: the main process is CPU-bound (a whole core) with no workers: Python between steps,
+  or a thread launching kernel after kernel;
+* ``sync``: the main process blocks (asleep) while its GPU works and runs while it idles, on the
+  simulated driver's clock (``--origin``): a loop that waits in a sync every step;
 * ``idle``: nothing runs (a job waiting on I/O or a peer).
 
 Every process here dies with its parent (PR_SET_PDEATHSIG, plus a parent-pid check), so a demo
@@ -29,7 +32,7 @@ DUTY = {
     "trainer": (0.015, 0.085),
     "trainer-worker": (0.005, 0.095),
     "starved-worker": (1.0, 0.0),
-    "sync": (0.095, 0.005),
+    "busy": (0.1, 0.0),
 }
 
 
@@ -62,6 +65,23 @@ def _spin(busy: float, idle: float, parent: int, notify: int | None = None) -> N
             os._exit(0)
 
 
+def _take_turns(origin: float, parent: int) -> None:
+    """Asleep while the simulated GPU works (blocked in a sync), burning CPU while it idles (the
+    host's work between syncs), on the simulated driver's clock, which started at ``origin``
+    (time.monotonic: one clock for every process of the machine)."""
+    from gputop.collect.scenarios import HOST_SYNC_BUSY, HOST_SYNC_PERIOD
+
+    x = 0
+    while os.getppid() == parent:
+        into = (time.monotonic() - origin) % HOST_SYNC_PERIOD
+        if into < HOST_SYNC_BUSY * HOST_SYNC_PERIOD:
+            time.sleep(HOST_SYNC_BUSY * HOST_SYNC_PERIOD - into)
+            continue
+        end = time.monotonic() + HOST_SYNC_PERIOD - into
+        while time.monotonic() < end:
+            x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+
+
 def _fork_worker(role: str, parent: int) -> tuple[int, int | None]:
     read_end, write_end = os.pipe() if role == "starved-worker" else (None, None)
     pid = os.fork()
@@ -79,9 +99,11 @@ def _fork_worker(role: str, parent: int) -> tuple[int, int | None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gputop-demo-standin")
-    parser.add_argument("kind", choices=["trainer", "starved", "sync", "idle"])
+    parser.add_argument("kind", choices=["trainer", "starved", "busy", "sync", "idle"])
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--origin", type=float, default=None,
+                        help="time.monotonic() when the simulated driver's clock started")
     args = parser.parse_args(argv)
     _die_with_parent(args.parent, f"demo-{args.kind}".encode())
 
@@ -110,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             ready, _, _ = select.select(pipes, [], [], 1.0)
             for fd in ready:
                 os.read(fd, 4096)
-    elif args.kind in ("trainer", "sync"):
+    elif args.kind in ("trainer", "busy"):
         _spin(*DUTY[args.kind], parent=args.parent)
+    elif args.kind == "sync":
+        _take_turns(args.origin if args.origin is not None else time.monotonic(), args.parent)
     else:
         while os.getppid() == args.parent:
             time.sleep(0.5)

@@ -17,16 +17,20 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def standin_command(scenario: Scenario, index: int, parent: int) -> list[str]:
+def standin_command(scenario: Scenario, index: int, parent: int,
+                    origin: float | None = None) -> list[str]:
     """The command of GPU ``index``'s stand-in. In `input-starved`, GPU 0 runs a real torch
     training loop with the agent (when torch is installed), so `p` captures real steps; its
-    DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's."""
+    DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's.
+    ``origin``: time.monotonic() when the simulated driver's clock started (a stand-in that
+    takes turns with its GPU follows it)."""
     gpu = scenario.gpus[index]
     if scenario.name == "input-starved" and index == 0 and torch_available():
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--num-workers", str(gpu.workers)]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
-            "--workers", str(gpu.workers), "--parent", str(parent)]
+            "--workers", str(gpu.workers), "--parent", str(parent),
+            *(["--origin", repr(origin)] if origin is not None else [])]
 
 
 def _launch(command: list[str]) -> subprocess.Popen:
@@ -42,8 +46,9 @@ def _launch(command: list[str]) -> subprocess.Popen:
 class StandIns:
     """The real processes behind a scenario's GPUs. Use as a context manager."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, origin: float | None = None) -> None:
         self.scenario = scenario
+        self.origin = origin  # the simulated driver's clock start (time.monotonic)
         self.procs: dict[int, subprocess.Popen] = {}
         self.mig_procs: dict[int, list[subprocess.Popen]] = {}  # per MIG device, in order
 
@@ -59,7 +64,7 @@ class StandIns:
                              "--parent", str(me)])
                     for piece in gpu.mig if piece.standin is not None]
                 continue
-            self.procs[index] = _launch(standin_command(self.scenario, index, me))
+            self.procs[index] = _launch(standin_command(self.scenario, index, me, self.origin))
         pids = {i: [p.pid] for i, p in self.procs.items()}
         pids.update({i: [p.pid for p in procs] for i, procs in self.mig_procs.items()})
         return pids

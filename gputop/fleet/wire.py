@@ -105,6 +105,7 @@ _MAYBE_DIRTY = re.compile(
     rb"\\[bfnrt]|\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])|"
     + RAW_IN_JSON.pattern)
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
+_snapshot_decoder = msgspec.json.Decoder(_WireSnapshot)
 _encoder = msgspec.json.Encoder()
 
 
@@ -135,16 +136,21 @@ def error_line(message: str) -> bytes:
 # -- the reader's side -------------------------------------------------------------------------
 
 
-def decode_line(line: bytes) -> Hello | Sample | StreamError:
-    """Decode one line (without its newline). Raises ``WireError`` on anything else."""
-    if len(line) > MAX_LINE:
-        raise WireError(f"line of {len(line)} bytes (limit {MAX_LINE})")
+def _decode(decoder: msgspec.json.Decoder, data: bytes, what: str) -> Any:
+    """``data`` decoded, bounded in size; any failure is a one-line ``WireError``."""
+    if len(data) > MAX_LINE:
+        raise WireError(f"{what} of {len(data)} bytes (limit {MAX_LINE})")
     try:
-        message = _decoder.decode(line)
+        return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise WireError(f"invalid stream data: {_one_line(exc)}") from None
+        raise WireError(f"invalid {what}: {_one_line(exc)}") from None
     except msgspec.DecodeError as exc:
         raise WireError(f"not JSON: {_one_line(exc)}") from None
+
+
+def decode_line(line: bytes) -> Hello | Sample | StreamError:
+    """Decode one line (without its newline). Raises ``WireError`` on anything else."""
+    message = _decode(_decoder, line, "stream line")
     # Escaping walks every string; a line that spells no control, DEL or bidi character in any
     # of JSON's ways (_MAYBE_DIRTY) has nothing to escape.
     dirty = _MAYBE_DIRTY.search(line) is not None
@@ -155,23 +161,31 @@ def decode_line(line: bytes) -> Hello | Sample | StreamError:
         return _clean(message) if dirty else message
     if isinstance(message, StreamError):
         return StreamError(one_line(message.message))
-    _check_bounds(message)
-    wire = message.snapshot
-    snap = Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
-                    other_processes=wire.processes)
-    sample = Sample(snap, message.findings)
+    if len(message.findings) > MAX_FINDINGS:
+        raise WireError(f"{len(message.findings)} findings in one sample (limit {MAX_FINDINGS})")
+    sample = Sample(_snapshot(message.snapshot), message.findings)
     return _clean(sample) if dirty else sample
 
 
-def _check_bounds(message: _WireSample) -> None:
-    snap = message.snapshot
+def decode_snapshot(data: bytes) -> Snapshot:
+    """One ``snapshot --json`` object (a recording's ``_snapshots`` row, say) decoded into the
+    model as a stream's sample is: bounded, typed, escaped. Raises ``WireError``."""
+    snap = _snapshot(_decode(_snapshot_decoder, data, "snapshot"))
+    return _clean(snap) if _MAYBE_DIRTY.search(data) is not None else snap
+
+
+def _snapshot(wire: _WireSnapshot) -> Snapshot:
+    _check_bounds(wire)
+    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
+                    other_processes=wire.processes)
+
+
+def _check_bounds(snap: _WireSnapshot) -> None:
     if len(snap.gpus) > MAX_GPUS:
         raise WireError(f"{len(snap.gpus)} GPUs in one sample (limit {MAX_GPUS})")
     indices = [g.index for g in snap.gpus]
     if len(set(indices)) != len(indices):
         raise WireError("the same GPU index twice in one sample")
-    if len(message.findings) > MAX_FINDINGS:
-        raise WireError(f"{len(message.findings)} findings in one sample (limit {MAX_FINDINGS})")
     groups = [g.processes for g in snap.gpus] + [snap.processes]
     for procs in groups:
         if len(procs) > MAX_PROCESSES:

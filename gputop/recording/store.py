@@ -227,6 +227,9 @@ def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
                   "pcie_gen_max": g.pcie_gen_max, "pcie_width_max": g.pcie_width_max}
                  for g in snap.gpus],
         "snapshot_schema": 1,
+        # The recorder's own pid: the live rules leave its children (a demo's stand-ins) out
+        # of job grouping, and a replay must do the same.
+        "pid": os.getpid(),
     }
 
 
@@ -297,29 +300,33 @@ def _bad_values(frame: pd.DataFrame, table: str) -> str | None:
     return None
 
 
+def _read_part(part: Path, root: Path, bad: list[str], table: str) -> pd.DataFrame | None:
+    """One part of a table, or None (and its name in ``bad``) when it cannot be read."""
+    try:
+        if not part.is_file():
+            raise OSError("not a regular file")
+        frame = pq.read_table(part).to_pandas()
+    except pa.ArrowException:
+        bad.append(f"{part.relative_to(root)} (not a complete Parquet file)")
+        return None
+    except (OSError, ValueError) as exc:
+        bad.append(f"{part.relative_to(root)} ({getattr(exc, 'strerror', None) or exc})")
+        return None
+    missing = REQUIRED[table] - set(frame.columns)
+    if missing:
+        bad.append(f"{part.relative_to(root)} (no column {', '.join(sorted(missing))})")
+        return None
+    why = _bad_values(frame, table)
+    if why:
+        bad.append(f"{part.relative_to(root)} ({why})")
+        return None
+    return frame
+
+
 def _read_table(directory: Path, root: Path, bad: list[str], table: str) -> pd.DataFrame:
     """Every readable part of one table; the unreadable ones are named in ``bad``."""
-    frames = []
-    for part in sorted(directory.glob("part-*.parquet")):
-        try:
-            if not part.is_file():
-                raise OSError("not a regular file")
-            frame = pq.read_table(part).to_pandas()
-        except pa.ArrowException:
-            bad.append(f"{part.relative_to(root)} (not a complete Parquet file)")
-            continue
-        except (OSError, ValueError) as exc:
-            bad.append(f"{part.relative_to(root)} ({getattr(exc, 'strerror', None) or exc})")
-            continue
-        missing = REQUIRED[table] - set(frame.columns)
-        if missing:
-            bad.append(f"{part.relative_to(root)} (no column {', '.join(sorted(missing))})")
-            continue
-        why = _bad_values(frame, table)
-        if why:
-            bad.append(f"{part.relative_to(root)} ({why})")
-            continue
-        frames.append(frame)
+    frames = [frame for part in sorted(directory.glob("part-*.parquet"))
+              if (frame := _read_part(part, root, bad, table)) is not None]
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
@@ -352,6 +359,22 @@ def read_recording(path: Path) -> Recording:
         why = f"; unreadable: {', '.join(bad)}" if bad else " (nothing was flushed)"
         raise RecordingError(f"{path} holds no readable samples{why}")
     return Recording(path, meta, **tables, bad_parts=bad)
+
+
+def snapshot_parts(path: Path) -> list[Path]:
+    """The parts of the snapshots table, in the order they were written (empty for
+    recordings made before the table existed)."""
+    return sorted((path / _SUBDIR[SNAPSHOTS]).glob("part-*.parquet"))
+
+
+def read_snapshot_part(part: Path, root: Path, bad: list[str]) -> pd.DataFrame:
+    """One part of the snapshots table, in time order (empty, and named in ``bad``, when it
+    cannot be read): a replay reads them one at a time, so its memory does not grow with the
+    length of the recording."""
+    frame = _read_part(part, root, bad, SNAPSHOTS)
+    if frame is None:
+        return pd.DataFrame()
+    return frame.sort_values("time", kind="stable", ignore_index=True)
 
 
 def read_snapshot_rows(path: Path) -> tuple[pd.DataFrame, list[str]]:

@@ -22,8 +22,8 @@ from gputop.stacks.access import StacksError
 from gputop.stacks.profile import StackReport, where_line
 
 # The live findings a "where" line answers: CPU work in the training process or its workers
-# (dataloader-stall, host-sync), or the place a hung process waits.
-WHERE_IDS = frozenset({"dataloader-stall", "host-sync", "hung"})
+# (dataloader-stall, host-bound, host-sync), or the place a hung process waits.
+WHERE_IDS = frozenset({"dataloader-stall", "host-bound", "host-sync", "hung"})
 MIN_INTERVAL_S = 60.0
 SAMPLE_SECONDS = 2
 

@@ -15,7 +15,9 @@ talks to the agent, waits for the trace and analyzes it; the UI shows its progre
 line above the process table and the diagnosis on a screen of its own.
 
 Built with ``snapshots=[...]`` the app shows a fixed sequence (no sampler, no thread): the
-snapshot tests and the screenshots use that.
+snapshot tests and the screenshots use that. Built with ``replay=...`` it plays a recording
+(``tui/replay_feed.py``): space pauses, the arrow keys step a sample, [ and ] seek a minute,
+Home and End go to either end; the keys that act on live processes (k, p) are off.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from gputop.model import Snapshot
 from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.layout import Plan, plan_layout
+from gputop.tui.replay_feed import ReplayFeed
 from gputop.tui.rows import groups
 from gputop.tui.severity import worst_severity
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
@@ -173,16 +176,31 @@ class GputopApp(App[int]):
         Binding("p", "request_capture", "Capture"),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "escape", show=False),
+        # A recording played back (--replay): step, seek, either end.
+        Binding("left", "step(-1)", "Step", key_display="←→", priority=True),
+        Binding("right", "step(1)", "Step", show=False, priority=True),
+        Binding("left_square_bracket", "seek(-60)", "Seek 1 min", key_display="[ ]"),
+        Binding("right_square_bracket", "seek(60)", "Seek", show=False),
+        Binding("home", "seek_to(0)", "Start", show=False, priority=True),
+        Binding("end", "seek_to(-1)", "End", show=False, priority=True),
     ]
     # Keys of the main screen only: other screens (diagnosis, findings, a process, the
     # stacks) neither act on them nor list them in their footers.
     MAIN_ONLY = frozenset({"toggle_pause", "window", "toggle_compact", "cycle_sort",
                            "reverse_sort", "filter", "toggle_tree", "open_process",
                            "signal_process", "request_capture", "help", "escape",
-                           "show_findings"})
+                           "show_findings", "step", "seek", "seek_to"})
+    REPLAY_ONLY = frozenset({"step", "seek", "seek_to"})
+    LIVE_ONLY = frozenset({"signal_process", "request_capture"})  # act on a live process
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.MAIN_ONLY and self.screen is not self.screen_stack[0]:
+            return False
+        replaying = isinstance(self.feed, ReplayFeed)
+        if action in self.REPLAY_ONLY:
+            # Not while typing in the filter box: its cursor takes the arrow keys.
+            return replaying and self.focused is not self._filter_box()
+        if action in self.LIVE_ONLY and replaying:
             return False
         return True
 
@@ -199,19 +217,24 @@ class GputopApp(App[int]):
         auto_capture: bool = False,
         capture_timeout: float = 60.0,
         early=None,
+        replay: ReplayFeed | None = None,
     ) -> None:
         """``diagnose``: run the live rules (default: on for live sampling, off for a fixed
         sequence of ``snapshots``). ``auto_capture``: capture a process with an agent by
         itself when a stall finding raises on it. ``capture_timeout``: how long the agent
         may take to record the steps. ``early``: an EarlySampler already opening the driver
-        (gputop top starts it before importing the interface)."""
+        (gputop top starts it before importing the interface). ``replay``: a recording to
+        play back instead of sampling (its feed, made with ``self._post_frame`` as ``post``
+        by ``replay_app``)."""
         super().__init__(driver_class=HangupSafeDriver)
         self.early = early
         self.demo, self.gpus, self.seed, self.interval = demo, gpus, seed, interval
         self.frame_log = FrameLog(frame_log or os.environ.get("GPUTOP_FRAME_LOG"))
-        if snapshots is not None:
-            self.feed: SamplerFeed | FixedFeed = FixedFeed(self._post_frame, snapshots,
-                                                           diagnose=bool(diagnose))
+        if replay is not None:
+            replay.post = self._post_frame
+            self.feed: SamplerFeed | FixedFeed | ReplayFeed = replay
+        elif snapshots is not None:
+            self.feed = FixedFeed(self._post_frame, snapshots, diagnose=bool(diagnose))
         else:
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
                                     diagnose=diagnose is not False,
@@ -288,6 +311,8 @@ class GputopApp(App[int]):
                     SamplerFailed(error)))
             else:
                 self._run_sampler()
+        elif isinstance(self.feed, ReplayFeed):
+            self._run_replay()
 
     def _on_terminal_signal(self, signum: int) -> None:
         """SIGHUP (the SSH connection dropped) or SIGTERM: leave like q does."""
@@ -362,8 +387,18 @@ class GputopApp(App[int]):
             if not feed.stopped:
                 self.post_message(SamplerFailed(f"{type(exc).__name__}: {exc}"))
 
+    @work(thread=True, exclusive=True, exit_on_error=False, name="replay", group="sampler")
+    def _run_replay(self) -> None:
+        feed = self.feed
+        assert isinstance(feed, ReplayFeed)
+        try:
+            feed.run()
+        except Exception as exc:  # reported on screen and after exit, never as a traceback
+            if not feed.stopped:
+                self.post_message(SamplerFailed(f"{type(exc).__name__}: {exc}"))
+
     def _stop_feed(self) -> None:
-        if isinstance(self.feed, SamplerFeed):
+        if isinstance(self.feed, (SamplerFeed, ReplayFeed)):
             self.feed.stop()
 
     def on_unmount(self) -> None:
@@ -400,6 +435,8 @@ class GputopApp(App[int]):
         if self.frames_rendered == 3:
             self.call_after_refresh(freeze_startup_objects)
         snap = frame.snapshot
+        if isinstance(self.feed, ReplayFeed):
+            self.header.replay_position = self.feed.position
         self.header.show(snap, frame.window, self.paused)
         self.host.update_host(snap.host)
         self._render_gpus(frame)
@@ -485,8 +522,26 @@ class GputopApp(App[int]):
         self.paused = not self.paused
         self.header.show(None, self.feed.window, self.paused)
         self.feed.set_paused(self.paused)
+        if isinstance(self.feed, ReplayFeed):
+            self.notify("paused: ←→ step a sample, [ ] seek a minute" if self.paused
+                        else "playing", timeout=2)
+            return
         self.notify("paused: the display is frozen, sampling goes on" if self.paused
                     else "live", timeout=2)
+
+    def action_step(self, samples: int) -> None:
+        """A recording: one sample back or forward (it pauses there)."""
+        assert isinstance(self.feed, ReplayFeed)
+        self.paused = True
+        self.feed.step(samples)
+
+    def action_seek(self, seconds: float) -> None:
+        assert isinstance(self.feed, ReplayFeed)
+        self.feed.seek(seconds)
+
+    def action_seek_to(self, index: int) -> None:
+        assert isinstance(self.feed, ReplayFeed)
+        self.feed.seek_to(index)
 
     def action_window(self, choice: int) -> None:
         self.feed.window = WINDOWS[choice]

@@ -16,7 +16,8 @@ from gputop.diagnostics.findings import finding_key
 
 # Stalls a step-aligned trace can explain (the others, like throttling or memory, are
 # visible from NVML alone).
-STALL_IDS = frozenset({"dataloader-stall", "host-sync", "launch-bound", "gpu-idle", "pcie-bound"})
+STALL_IDS = frozenset({"dataloader-stall", "host-sync", "host-bound", "launch-bound", "gpu-idle",
+                       "pcie-bound"})
 MIN_INTERVAL_S = 600.0
 
 

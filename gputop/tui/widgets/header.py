@@ -41,10 +41,16 @@ def _parts(snap: Snapshot | None, interval: float, window: float | None, status:
 
 
 def header_text(snap: Snapshot | None, interval: float, window: float | None, paused: bool,
-                width: int, status: str = "") -> Text:
-    """The long form when it fits, else a short one, cut at the end as a last resort."""
-    state = Text(" PAUSED ", style="bold reverse yellow") if paused else Text(" LIVE ",
-                                                                             style="bold green")
+                width: int, status: str = "", replay: str | None = None) -> Text:
+    """The long form when it fits, else a short one, cut at the end as a last resort.
+    ``replay``: a recording's position ("12/300") shows instead of LIVE."""
+    if replay is not None:
+        state = Text(f" {'PAUSED' if paused else 'REPLAY'} {replay} ",
+                     style="bold reverse yellow" if paused else "bold reverse cyan")
+    elif paused:
+        state = Text(" PAUSED ", style="bold reverse yellow")
+    else:
+        state = Text(" LIVE ", style="bold green")
     stamp = time.strftime("%H:%M:%S", time.localtime(snap.time)) if snap else "--:--:--"
     text = Text("gputop ", style="bold")
     room = width - text.cell_len - state.cell_len - len(stamp) - 2
@@ -72,6 +78,7 @@ class StatusHeader(StripWidget):
         self.window: float | None = 60.0
         self.paused = False
         self.status = "starting…"
+        self.replay_position: str | None = None  # a recording played back: "12/300"
 
     def show(self, snapshot: Snapshot | None, window: float | None, paused: bool) -> None:
         self.snapshot = snapshot or self.snapshot
@@ -82,4 +89,4 @@ class StatusHeader(StripWidget):
     def rebuild(self) -> None:
         if self.size.width > 0:
             self.show_text(header_text(self.snapshot, self.interval, self.window, self.paused,
-                                       self.size.width, self.status))
+                                       self.size.width, self.status, self.replay_position))
