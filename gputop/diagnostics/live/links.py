@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gputop.model import GpuSample
-from gputop.pcie import GBS_PER_LANE, board_link, capacity_mbs
+from gputop.pcie import LANE, board_link, capacity_mbs
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,9 @@ def gpu_link(samples: list[GpuSample]) -> Link | None:
     datasheet, else None."""
     gen = max((g.pcie_gen_max or g.pcie_gen or 0 for g in samples), default=0)
     width = max((g.pcie_width_max or g.pcie_width or 0 for g in samples), default=0)
-    if gen in GBS_PER_LANE and width > 0:
+    if gen in LANE and width > 0:
         return Link(gen, width, "driver")
     board = board_link(samples[-1].name if samples else None)
-    if board is None:
+    if board is None or board.kind != "pcie":  # NVLink-C2C (GH200): no PCIe to saturate
         return None
     return Link(board.gen, board.width, board.source)

@@ -6,10 +6,9 @@ from rich.text import Text
 
 from gputop.format import bytes_h, mbs_h, num, pct
 from gputop.model import GpuSample
+from gputop.pcie import capacity_mbs
 
 _PARTIAL = " ▏▎▍▌▋▊▉"
-# Per-lane PCIe bandwidth by generation, MB/s each way (after encoding overhead).
-_PCIE_LANE_MBS = {1: 250, 2: 500, 3: 985, 4: 1969, 5: 3938, 6: 7563}
 # NVML clock-event reasons that hold the clock down, with the words shown for them.
 THROTTLE_WORDS = {
     "sw_power_cap": "power cap",
@@ -55,7 +54,7 @@ def pcie_link_max_mbs(gpu: GpuSample) -> float | None:
     width = gpu.pcie_width_max or gpu.pcie_width
     if not gen or not width:
         return None
-    return float(_PCIE_LANE_MBS.get(gen, _PCIE_LANE_MBS[6]) * width)
+    return capacity_mbs(gen, width)
 
 
 def throttle_reasons(gpu: GpuSample) -> list[str]:
