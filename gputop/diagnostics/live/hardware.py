@@ -2,7 +2,8 @@
 
 Throttling counts only while the GPU is busy and the SM clock is at least 10 % under its
 maximum, for a reason NVML names (power cap, thermal, hardware slowdown): a power-capped idle
-GPU costs nothing. A GPU that answers GPU_IS_LOST has fallen off the bus; rising volatile ECC
+GPU costs nothing. A GPU whose handle answers GPU_IS_LOST, or INVALID_ARGUMENT even for its UUID, has fallen off
+the bus (the driver no longer knows it); rising volatile ECC
 counts precede failures.
 """
 
@@ -62,7 +63,8 @@ def rule_hardware(ctx: _Context) -> list[Finding]:
                 id="hardware-errors",
                 severity="critical",
                 title=f"GPU {index} fell off the bus",
-                evidence=f"GPU {index} ({last.name or '?'}, {last.bus_id or '?'}) answers GPU_IS_LOST",
+                evidence=(f"GPU {index} ({last.name or '?'}, {last.bus_id or '?'}) no longer "
+                          "answers the driver (NVML: GPU_IS_LOST, or an invalid handle)"),
                 fix=("The GPU needs a reset or the node a reboot; drain the node and check "
                      "`dmesg | grep -i xid` for the Xid code (79: fallen off the bus)"),
                 next_step="dmesg -T | grep -i -E 'xid|nvrm'",
