@@ -324,7 +324,8 @@ def no_agent_hint(pid: int) -> str:
     if "gputop.demo.standin" in argv:
         import importlib.util
 
-        where = ("GPU 0 of `gputop --demo input-starved` runs a real torch training job that "
+        where = ("GPU 0 of `gputop --demo input-starved` (and of `--demo tour`) runs a real "
+                 "torch training job that "
                  "`p` captures")
         if importlib.util.find_spec("torch") is None:
             return (f"pid {pid} is a stand-in of the simulated demo, not a training job; {where} "

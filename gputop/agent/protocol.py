@@ -22,7 +22,7 @@ from typing import Any
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE = 64 * 1024
-COMMANDS = ("hello", "status", "capture", "cancel")
+COMMANDS = ("hello", "status", "capture", "cancel", "flops")
 
 _SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})\.sock$")
 _PEERCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
+from gputop.efficiency import EfficiencyTracker
 from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot
 
 # Looks up the agents of training processes: returns {pid: status dict}. Set by the session
@@ -32,6 +33,7 @@ class Sampler:
         self.simulated = simulated
         self.clock = clock  # the time stamped on snapshots (a sped-up clock in benchmarks)
         self.driver = DriverInfo(available=False, error="not opened")
+        self.efficiency = EfficiencyTracker()  # MFU, goodput, J/step of the agents' processes
 
     def open(self) -> DriverInfo:
         driver = self.nvml.open()
@@ -51,6 +53,12 @@ class Sampler:
         gpu_rows = self.nvml.sample() if self.driver.available else []
         gpu_pids = {pid for _, procs, _ in gpu_rows for pid, _ in procs}
         agents = self.agent_probe(gpu_pids) if self.agent_probe else {}
+        placed: dict[int, list[tuple[GpuSample, int | None]]] = {}
+        for sample, procs, _ in gpu_rows:
+            for pid, gpu_mem in procs:
+                if pid in agents:
+                    placed.setdefault(pid, []).append((sample, gpu_mem))
+        efficiency = self.efficiency.update(now, placed, agents)
         gpus: list[GpuSample] = []
         measured: dict[int, ProcSample] = {}
         for sample, procs, proc_util in gpu_rows:
@@ -59,12 +67,11 @@ class Sampler:
                 base = measured.get(pid)
                 if base is None:
                     base = measured[pid] = self.host.sample_process(pid)
-                rows.append(
-                    _with(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid), agent=agents.get(pid))
-                )
+                rows.append(_with(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid),
+                                  agent=agents.get(pid), efficiency=efficiency.get(pid)))
             gpus.append(_with(sample, processes=tuple(rows)))
         others = tuple(
-            _with(self.host.sample_process(pid), agent=status)
+            _with(self.host.sample_process(pid), agent=status, efficiency=efficiency.get(pid))
             for pid, status in sorted(agents.items())
             if pid not in gpu_pids
         )

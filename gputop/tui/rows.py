@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gputop.efficiency import job_figures, joules_text, share_text, short_text
 from gputop.format import bytes_h, pct, safe_text
 from gputop.job_groups import JobView, jobs_in
 from gputop.model import ProcSample, Snapshot, WorkerSample
@@ -96,6 +97,9 @@ def _agent_text(proc: ProcSample) -> str:
         text += f" {steps:.2f} steps/s"
     if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 <= wait <= 1:
         text += f", DataLoader wait {wait * 100:.0f}%"
+    efficiency = short_text(proc.efficiency)
+    if efficiency:
+        text += f", {efficiency}"
     return f"  [{text}]"
 
 
@@ -134,6 +138,13 @@ def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
         lo, hi = min(waits) * 100, max(waits) * 100
         what.append(f"DataLoader wait {lo:.0f}%" if round(lo) == round(hi)
                     else f"DataLoader wait {lo:.0f}-{hi:.0f}%")
+    figures = job_figures((g.proc.efficiency, g.gpus) for g in members)
+    if figures["mfu"] is not None:
+        what.append(f"MFU {share_text(figures['mfu'])}")
+    if figures["goodput"] is not None:
+        what.append(f"goodput {share_text(figures['goodput'])}")
+    if figures["j_per_step"] is not None:
+        what.append(f"{joules_text(figures['j_per_step'])}/step")
     if job.missing_local_ranks:
         what.append(f"{len(job.missing_local_ranks)} not reachable")
     what.append(job.job_id[:48])
