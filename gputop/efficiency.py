@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from gputop.agent.goodput import CATEGORIES
 from gputop.model import Efficiency, GpuSample
 from gputop.peaks import PRECISIONS, peak_for
 
@@ -38,7 +39,7 @@ TENSOR_PRECISIONS = frozenset({"tf32", "bf16", "fp16", "fp8", "int8"})
 OVER_RATIO, OVER_POINTS = 1.25, 0.05
 # ...and tensor pipes this much busier than the count explains mean work it does not see.
 UNDER_RATIO, UNDER_FLOOR = 4.0, 0.2
-GOODPUT_KEYS = ("productive", "startup", "dataloader", "capture", "checkpoint", "stall", "hang")
+GOODPUT_KEYS = CATEGORIES  # the agent's ledger: productive, startup, dataloader, ...
 _PRECISION = re.compile(r"^[a-z0-9_]{1,24}$")
 MAX_FLOPS = 1e21  # per step: far beyond any model, keeps a hostile number finite
 

@@ -17,7 +17,8 @@ from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
-                  "hostname", "driver_version", "cuda_version", "simulated"}
+                  "hostname", "driver_version", "cuda_version", "simulated",
+                  "category"}  # the goodput ledger's seven categories
 
 
 def free_port() -> int:

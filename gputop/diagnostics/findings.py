@@ -33,6 +33,8 @@ CATALOGUE: dict[str, str] = {
     "imbalance": "GPUs of one job do unequal work (a straggler)",
     "hardware-errors": "XID / ECC / remapped-row events",
     "cold-start": "the trace is start-up (context, first allocations, autotune, compile)",
+    # Added after DESIGN.md's table (issue 30):
+    "mfu-drop": "MFU far below the job's own best window",
 }
 
 

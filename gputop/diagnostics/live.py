@@ -30,6 +30,7 @@ from statistics import fmean
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding, finding_key, order_findings
+from gputop.diagnostics.live_efficiency import rule_mfu_drop
 from gputop.diagnostics.live_ranks import annotate, rank_imbalance
 from gputop.job_groups import jobs_in
 from gputop.model import GpuSample, ProcSample, Snapshot
@@ -766,6 +767,7 @@ RULES = (
     rule_rank_imbalance,
     rule_hardware,
     rule_launch_bound,
+    rule_mfu_drop,
 )
 
 
@@ -809,12 +811,13 @@ def split_by_gpu(history: Iterable[Snapshot]) -> dict[int, tuple[list[float], li
 # Explanations of why a GPU does less work than it could. One GPU gets at most one at a time,
 # the most specific evidence first (no progress at all; a measured or saturated input
 # pipeline; a sync saw-tooth with a CPU-bound loop; a saturated link; lowered clocks; idle SMs
-# under busy kernels; a shared GPU; an uneven job; and last, idle with nothing else to blame).
+# under busy kernels; a shared GPU; an uneven job; idle with nothing else to blame; and last,
+# a job slower than its own best window, which any of those explains better).
 # The others that held are named in the winner's evidence, not reported beside it.
 # memory-pressure, memory-growth and hardware-errors are conditions, not explanations of the
 # same symptom, and are reported on their own.
 ROOT_CAUSES = ("hung", "dataloader-stall", "host-sync", "pcie-bound", "throttling",
-               "launch-bound", "contention", "imbalance", "gpu-idle")
+               "launch-bound", "contention", "imbalance", "gpu-idle", "mfu-drop")
 
 
 def _group(f: Finding) -> object:
