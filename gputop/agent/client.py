@@ -353,6 +353,13 @@ def agent_status(pid: int, timeout: float = 0.5) -> dict[str, Any] | None:
     except (AgentError, OSError, ValueError):
         return None
 
+def request_flop_count(pid: int, timeout: float = 120.0) -> dict[str, Any]:
+    """Ask the agent of ``pid`` to count its next step's FLOPs; its reply once the step ended
+    (``flops_per_step``, ``precision``, ``cost_s``...). Raises AgentError (one line)."""
+    with AgentConnection(pid, timeout + REPLY_MARGIN_S) as conn:
+        return conn.call({"cmd": "flops", "timeout": timeout})
+
+
 # --- captures --------------------------------------------------------------------------------
 
 # Extra time allowed beyond the agent's own timeout: the trace export and a slow last step.
