@@ -87,13 +87,14 @@ def wrap_torch_save(torch: Any, ledger_of: Callable[[], Any],
     @functools.wraps(original)
     def save(*args: Any, **kwargs: Any) -> Any:
         t0 = perf_counter()
+        blocks = _written_blocks()
         try:
             return original(*args, **kwargs)
         finally:
             try:
                 ledger = ledger_of()
                 if ledger is not None and step_thread() == threading.get_ident():
-                    ledger.add_checkpoint(perf_counter() - t0)
+                    ledger.add_checkpoint(perf_counter() - t0, _written_blocks() - blocks)
             except Exception:
                 pass  # never mask the save's own result or error
 
@@ -136,9 +137,11 @@ class GoodputLedger:
         self._window_start, self._window_steps = now, 0
         self._blocks = _written_blocks()
 
-    def add_checkpoint(self, seconds: float) -> None:
-        """Time one ``torch.save`` took on the training thread."""
+    def add_checkpoint(self, seconds: float, blocks: int = 0) -> None:
+        """Time one ``torch.save`` took on the training thread, and the blocks it wrote (they
+        are its own, not a sign that the rest of the step wrote a checkpoint)."""
         self._checkpoint += seconds
+        self._blocks += blocks
 
     def step(self, now: float, step_time: float, wait: float) -> None:
         """One optimizer step ended at ``now`` after ``step_time``, ``wait`` of it in the

@@ -97,10 +97,13 @@ def _agent_text(proc: ProcSample) -> str:
         text += f" {steps:.2f} steps/s"
     if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 <= wait <= 1:
         text += f", DataLoader wait {wait * 100:.0f}%"
-    efficiency = short_text(proc.efficiency)
-    if efficiency:
-        text += f", {efficiency}"
     return f"  [{text}]"
+
+
+def _efficiency_text(proc: ProcSample) -> str:
+    """MFU, goodput, J/step before the command: a long command line must not hide them."""
+    text = short_text(proc.efficiency)
+    return f"[{text}] " if text else ""
 
 
 def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
@@ -117,7 +120,7 @@ def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
         "cpu": pct(p.cpu_percent),
         "rss": bytes_h(p.rss),
         "state": (p.state or "-")[:8],
-        "command": mark + short_command(p) + _agent_text(p),
+        "command": mark + _efficiency_text(p) + short_command(p) + _agent_text(p),
     }
 
 
@@ -134,10 +137,6 @@ def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
                else "")]
     if rates:
         what.append(f"{min(rates):.2f} steps/s")
-    if waits:
-        lo, hi = min(waits) * 100, max(waits) * 100
-        what.append(f"DataLoader wait {lo:.0f}%" if round(lo) == round(hi)
-                    else f"DataLoader wait {lo:.0f}-{hi:.0f}%")
     figures = job_figures((g.proc.efficiency, g.gpus) for g in members)
     if figures["mfu"] is not None:
         what.append(f"MFU {share_text(figures['mfu'])}")
@@ -145,6 +144,10 @@ def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
         what.append(f"goodput {share_text(figures['goodput'])}")
     if figures["j_per_step"] is not None:
         what.append(f"{joules_text(figures['j_per_step'])}/step")
+    if waits:
+        lo, hi = min(waits) * 100, max(waits) * 100
+        what.append(f"DataLoader wait {lo:.0f}%" if round(lo) == round(hi)
+                    else f"DataLoader wait {lo:.0f}-{hi:.0f}%")
     if job.missing_local_ranks:
         what.append(f"{len(job.missing_local_ranks)} not reachable")
     what.append(job.job_id[:48])
