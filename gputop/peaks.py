@@ -86,12 +86,13 @@ BOARDS: tuple[Board, ...] = (
                   "en-us-data-center-overview/l4-gpu-datasheet")),
     Board("L40S", r"\bL40S\b", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05,
                                 "fp8": 733.0, "int8": 733.0},
-          _halved("NVIDIA L40S GPU datasheet, https://resources.nvidia.com/en-us-l40s/"
-                  "l40s-datasheet-28413")),
+          "NVIDIA L40S GPU datasheet, https://resources.nvidia.com/en-us-l40s/"
+          "l40s-datasheet-28413; dense figures as printed (the sparse ones beside them)"),
     Board("L40", r"\bL40\b", {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0, "fp16": 181.0,
                               "fp8": 362.0, "int8": 362.0},
-          _halved("NVIDIA L40 GPU datasheet, https://images.nvidia.com/content/Solutions/"
-                  "data-center/vgpu-L40-datasheet.pdf")),
+          "NVIDIA L40 GPU datasheet, https://images.nvidia.com/content/Solutions/"
+          "data-center/vgpu-L40-datasheet.pdf; dense figures as printed (the sparse ones beside "
+          "them)"),
     Board("H100 NVL", r"\bH100 NVL\b", _H100_NVL, _halved(_HOPPER_DATASHEET + " (H100 NVL)")),
     Board("H100 PCIe", r"\bH100 PCIe\b", {"fp64": 51.0, "fp32": 51.0, "tf32": 378.0,
                                           "bf16": 756.5, "fp16": 756.5, "fp8": 1513.0,
