@@ -67,17 +67,12 @@ class _Agent:
         self.telemetry = StepTelemetry()
         self.hooks = TorchHooks(self.telemetry)
         self.capture = CaptureController(self.telemetry, self.hooks.ensure_placed)
-        self.telemetry.ledger = GoodputLedger(capture_active=self._capturing)
+        self.telemetry.ledger = GoodputLedger(capture=self.capture)
         self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,
                                lambda: self.capture.job is not None)
         self._unwrap_save = lambda: None
         self.server: AgentServer | None = None
         self.server_error: str | None = None
-
-    def _capturing(self) -> bool:
-        """Whether the step that just ended ran under the profiler (the goodput ledger asks)."""
-        job = self.capture.job
-        return job is not None and job.state in ("warmup", "recording", "cancelling")
 
     def torch_imported(self, module: Any = None) -> None:
         """The program imported torch: place the hooks, time torch.save, arm the FLOP count."""
@@ -137,7 +132,7 @@ class _Agent:
         self.telemetry.enabled = False
         self.telemetry.on_first_step = self.wake_in_child
         # The child's own time and steps: its start is its fork, its count its own.
-        self.telemetry.ledger = GoodputLedger(capture_active=self._capturing)
+        self.telemetry.ledger = GoodputLedger(capture=self.capture)
         self.telemetry.on_boundary = None
         self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,
                                lambda: self.capture.job is not None)

@@ -7,8 +7,9 @@ Every second since the process started lands in one bucket:
 * ``dataloader``: time inside ``DataLoader.__next__`` within a step;
 * ``checkpoint``: time inside ``torch.save`` within a step, and the excess of a long step in
   which the training thread wrote at least ``CHECKPOINT_BYTES`` to files (the kernel's per-thread
-  write accounting, ``getrusage(RUSAGE_THREAD).ru_oublock``: ``safetensors``, ``np.save``,
-  ``torch.distributed.checkpoint`` writing on this thread);
+  write accounting, ``getrusage(RUSAGE_THREAD).ru_oublock``, against a baseline read every
+  ``BASELINE_STEPS`` steps: ``safetensors``, ``np.save``, ``torch.distributed.checkpoint``
+  writing on this thread);
 * ``capture``: steps that ran under a profiler capture or the agent's FLOP count (instrumented
   steps are slower and are not the job's own pace);
 * ``stall``: the excess over the typical step of a long step (``LONG_STEP`` times the typical
@@ -21,7 +22,7 @@ The typical step is an exponential average (``ALPHA``) of the steps that were no
 ``REGIME_STEPS`` long steps come in a row, the job's pace has changed (a new phase, a larger
 batch): those steps are booked as productive after all and become the new typical.
 
-The training thread pays one call per step (plus one ``getrusage``, ~0.4 µs); the server thread
+The training thread pays one call per step (see benchmarks/bench_agent.py); the server thread
 reads the totals. Floats are written by one thread and read by another: a status may be one
 step behind, never torn.
 """
@@ -29,6 +30,7 @@ step behind, never torn.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import resource
 import threading
@@ -46,6 +48,11 @@ REGIME_STEPS = 8  # long steps in a row that make the new normal
 CHECKPOINT_BYTES = 1 << 20  # a long step that wrote this much to files was a checkpoint
 BEST_WINDOW_S = 30.0  # the window of the job's best step rate (the agent's status window)
 CATEGORIES = ("productive", "startup", "dataloader", "capture", "checkpoint", "stall", "hang")
+# The blocks the training thread wrote are read once every BASELINE_STEPS ordinary steps and at
+# each long step: what a long step wrote is what was written since (a few ordinary steps' logs
+# are bytes, a checkpoint megabytes), at a fraction of a getrusage per step.
+BASELINE_STEPS = 16
+_PROFILED = ("warmup", "recording", "cancelling")  # a capture's states with the profiler on
 
 _BLOCK = 512  # ru_oublock counts 512-byte blocks
 _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux
@@ -108,31 +115,44 @@ def wrap_torch_save(torch: Any, ledger_of: Callable[[], Any],
     return undo
 
 
+class _NoCapture:
+    job = None
+
+
 class GoodputLedger:
     """Seconds per category since the process started (see the module's docstring)."""
 
-    def __init__(self, started: float | None = None,
-                 capture_active: Callable[[], bool] | None = None) -> None:
+    def __init__(self, started: float | None = None, capture: Any = None) -> None:
         self.started = process_start_perf() if started is None else started
-        self.capture_active = capture_active or (lambda: False)
+        # The CaptureController (its ``job`` while one is pending), or a stand-in without one.
+        self.capture = capture if capture is not None else _NoCapture()
         self.counting = False  # the FLOP count instruments the current step
-        self.seconds = dict.fromkeys(CATEGORIES, 0.0)
+        # The categories as plain attributes: the step hook adds to them (a dict costs more).
+        self.productive = self.startup = self.dataloader = self.capture_s = 0.0
+        self.checkpoint = self.stall = self.hang = 0.0
         self.first_step_at: float | None = None
         self.last_step_at: float | None = None
         self.typical: float | None = None
         self._streak = 0  # long (stall) steps in a row
         self._streak_s = 0.0  # their excess, booked as stall for now
         self._checkpoint = 0.0  # torch.save time since the last step (training thread)
-        self._blocks = 0
-        self._window_start: float | None = None
+        self._blocks = 0  # the thread's written blocks at the last baseline
+        self._since_baseline = 0
+        self._window_start = math.inf  # set at the first step
         self._window_steps = 0
         self.best_rate: float | None = None  # steps/s of the best BEST_WINDOW_S window
         self.best_at: float | None = None
 
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {"productive": self.productive, "startup": self.startup,
+                "dataloader": self.dataloader, "capture": self.capture_s,
+                "checkpoint": self.checkpoint, "stall": self.stall, "hang": self.hang}
+
     # --- training thread ---------------------------------------------------------------------
 
     def first_step(self, now: float) -> None:
-        self.seconds["startup"] = max(0.0, now - self.started)
+        self.startup = max(0.0, now - self.started)
         self.first_step_at = self.last_step_at = now
         self._window_start, self._window_steps = now, 0
         self._blocks = _written_blocks()
@@ -146,61 +166,65 @@ class GoodputLedger:
     def step(self, now: float, step_time: float, wait: float) -> None:
         """One optimizer step ended at ``now`` after ``step_time``, ``wait`` of it in the
         DataLoader. Called from the step hook, before a capture's own step callback."""
-        s = self.seconds
         self.last_step_at = now
-        blocks = _written_blocks()
-        wrote = (blocks - self._blocks) * _BLOCK
-        self._blocks = blocks
-        wait = min(wait, step_time)
-        rest = step_time - wait
-        saved = min(self._checkpoint, rest)
-        self._checkpoint = 0.0
-        rest -= saved
-        s["dataloader"] += wait
-        s["checkpoint"] += saved
-        self._best_window(now)
-        if self.counting or self.capture_active():
-            s["capture"] += rest
-            return
-        typical = self.typical
-        if typical is None:
-            self.typical = rest
-            s["productive"] += rest
-            return
-        if rest <= LONG_STEP * typical or rest - typical < LONG_STEP_MIN_S:
-            s["productive"] += rest
-            self.typical = typical + ALPHA * (rest - typical)
-            self._streak, self._streak_s = 0, 0.0
-            return
-        excess = rest - typical
-        s["productive"] += typical
-        if wrote >= CHECKPOINT_BYTES:
-            s["checkpoint"] += excess
-        elif step_time >= HANG_S:
-            s["hang"] += excess
-        else:
-            s["stall"] += excess
-            self._streak += 1
-            self._streak_s += excess
-            if self._streak >= REGIME_STEPS:
-                # Not stalls: the pace changed. Book them as work and follow the new pace.
-                s["stall"] -= self._streak_s
-                s["productive"] += self._streak_s
-                self.typical = rest
-                self._streak, self._streak_s = 0, 0.0
-
-    def _best_window(self, now: float) -> None:
+        # The job's best window of step rate (the mfu-drop rule's "its own best").
         self._window_steps += 1
-        start = self._window_start
-        if start is None:
-            self._window_start, self._window_steps = now, 0
-            return
-        span = now - start
+        span = now - self._window_start
         if span >= BEST_WINDOW_S:
             rate = self._window_steps / span
             if self.best_rate is None or rate > self.best_rate:
                 self.best_rate, self.best_at = rate, now
             self._window_start, self._window_steps = now, 0
+        if wait > step_time:
+            wait = step_time
+        rest = step_time - wait
+        saved = self._checkpoint
+        if saved:
+            saved = min(saved, rest)
+            self._checkpoint = 0.0
+            rest -= saved
+            self.checkpoint += saved
+        self.dataloader += wait
+        job = self.capture.job
+        if self.counting or (job is not None and job.state in _PROFILED):
+            self.capture_s += rest
+            return
+        typical = self.typical
+        if typical is None:
+            self.typical = rest
+            self.productive += rest
+            return
+        if rest <= LONG_STEP * typical or rest - typical < LONG_STEP_MIN_S:
+            self.productive += rest
+            self.typical = typical + ALPHA * (rest - typical)
+            self._streak = 0
+            self._streak_s = 0.0
+            self._since_baseline += 1
+            if self._since_baseline >= BASELINE_STEPS:
+                self._blocks = _written_blocks()
+                self._since_baseline = 0
+            return
+        self._long_step(step_time, rest - typical)
+
+    def _long_step(self, step_time: float, excess: float) -> None:
+        blocks = _written_blocks()
+        wrote = (blocks - self._blocks) * _BLOCK
+        self._blocks, self._since_baseline = blocks, 0
+        self.productive += self.typical or 0.0
+        if wrote >= CHECKPOINT_BYTES:
+            self.checkpoint += excess
+        elif step_time >= HANG_S:
+            self.hang += excess
+        else:
+            self.stall += excess
+            self._streak += 1
+            self._streak_s += excess
+            if self._streak >= REGIME_STEPS:
+                # Not stalls: the pace changed. Book them as work and follow the new pace.
+                self.stall -= self._streak_s
+                self.productive += self._streak_s
+                self.typical = (self.typical or 0.0) + excess
+                self._streak, self._streak_s = 0, 0.0
 
     # --- any thread ----------------------------------------------------------------------------
 
@@ -208,7 +232,7 @@ class GoodputLedger:
         """The totals in seconds, the time not yet booked (the step in progress), and goodput:
         productive time over the time booked (a wait longer than HANG_S counts as a hang)."""
         now = time.perf_counter() if now is None else now
-        seconds = dict(self.seconds)
+        seconds = self.seconds
         last = self.last_step_at
         if last is None:
             seconds["startup"] = max(0.0, now - self.started)  # no step yet: all start-up
