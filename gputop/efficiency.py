@@ -121,12 +121,12 @@ def tensor_check(mfu: float, precision: str | None, gpu: GpuSample
         clock = min(1.0, gpu.sm_clock_mhz / gpu.sm_clock_max_mhz)
     bound = gpu.tensor_active / 100.0 * clock
     if mfu > OVER_RATIO * bound + OVER_POINTS:
-        return False, (f"MFU {mfu * 100:.0f}% needs more tensor-core time than GPM saw "
+        return False, (f"MFU {share_text(mfu)} needs more tensor-core time than GPM saw "
                        f"(tensor pipes active {gpu.tensor_active:.0f}%): the FLOP count or the "
                        "peak is off")
     if bound >= UNDER_FLOOR and mfu < bound / UNDER_RATIO:
         return False, (f"tensor pipes active {gpu.tensor_active:.0f}% but the counted FLOPs "
-                       f"fill {mfu * 100:.1f}% of the peak: work the count does not see "
+                       f"fill {share_text(mfu)} of the peak: work the count does not see "
                        "(custom or Triton kernels, another process on the GPU)")
     return True, f"tensor pipes active {gpu.tensor_active:.0f}%"
 
