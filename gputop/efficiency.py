@@ -256,8 +256,8 @@ def job_figures(ranks: Iterable[tuple[Efficiency | None, tuple[int, ...]]]) -> d
 
 
 def share_text(value: float | None) -> str:
-    """A share as a percentage with two significant digits below 1 % (a CPU job on a GPU's
-    peak reads 0.0012 %, not 0 %)."""
+    """A share as a percentage, with up to three decimals below 1 % (a CPU job against a GPU's
+    peak reads 0.005 %, not 0 %)."""
     if value is None:
         return "n/a"
     pct = value * 100
@@ -265,7 +265,9 @@ def share_text(value: float | None) -> str:
         return f"{pct:.0f}%"
     if pct >= 1:
         return f"{pct:.1f}%"
-    return f"{pct:.2g}%"
+    if pct >= 0.1:
+        return f"{pct:.2f}%"
+    return f"{pct:.3f}%" if pct >= 0.0005 else "<0.001%"
 
 
 def flops_text(value: float | None) -> str:

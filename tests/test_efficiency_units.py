@@ -155,8 +155,8 @@ def test_jobs_sum_peaks_and_energy_over_their_ranks():
 
 
 def test_share_text_keeps_small_shares_readable():
-    assert [share_text(v) for v in (0.5, 0.034, 4.1e-5, 0.0, None)] == \
-        ["50%", "3.4%", "0.0041%", "0%", "n/a"]
+    assert [share_text(v) for v in (0.5, 0.034, 0.0025, 4.1e-5, 1e-9, 0.0, None)] == \
+        ["50%", "3.4%", "0.25%", "0.004%", "<0.001%", "0%", "n/a"]
 
 
 # -- the ledger ------------------------------------------------------------------------------------
