@@ -95,6 +95,18 @@ def test_flop_requests_are_checked(world):
             assert info.value.code == "bad-request" and "\n" not in str(info.value)
 
 
+def test_workers_forked_during_the_count_do_not_inherit_it(world):
+    """The counted step starts an epoch whose DataLoader forks its worker: the child's thread
+    would inherit the dispatch mode, and nothing would ever take it off there."""
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" /
+                                               "fork_during_count.py")],
+                          env=world, cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["count"]["ok"] and result["count"]["step"] == 11
+    assert result["batches"] == 24 and result["flagged"] == 0
+
+
 def test_goodput_books_waits_checkpoints_file_writes_and_stalls(world, tmp_path):
     """Every category of the ledger from a job that does each: the DataLoader waits, torch.save
     every 40 steps, a 16 MiB write+fsync every 50, a 0.6 s stall every 60 (step 120 saves and

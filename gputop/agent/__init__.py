@@ -132,6 +132,7 @@ class _Agent:
         self.telemetry.enabled = False
         self.telemetry.on_first_step = self.wake_in_child
         # The child's own time and steps: its start is its fork, its count its own.
+        self.flops.leave_after_fork()
         self.telemetry.ledger = GoodputLedger(capture=self.capture)
         self.telemetry.on_boundary = None
         self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,

@@ -235,7 +235,10 @@ class FlopCount:
                                   else "cancelled",
                                   f"no optimizer step in {waited:.0f} s (inference, or a stuck "
                                   "job?)" if waited > timeout else "the client went away")
-                self._expired = True  # counting: it stops at the next operator
+                self._expired = True  # counting: it stops now, and leaves at a safe point
+                counter = self._counter
+                if counter is not None and counter.stopped is None:
+                    counter.stopped = "the request timed out or its client went away"
                 if waited > timeout + 5.0:
                     return _error("timeout", f"the counted step did not end in {timeout:g} s; "
                                              "counting stopped")
@@ -385,6 +388,19 @@ class FlopCount:
         except Exception:
             pass
         self._done({"ok": False, "error": "exited", "message": counter.stopped})
+
+    def leave_after_fork(self) -> None:
+        """In a forked child (a DataLoader worker forked during the counted step): the child's
+        thread inherits the dispatch-mode stack, and nothing would ever leave it there."""
+        counter = self._counter
+        if self.state != "counting" or counter is None:
+            return
+        try:
+            if _current_mode() is counter.mode:
+                counter.__exit__(None, None, None)
+        except Exception:
+            pass
+        self._counter = None
 
     # --- safe points and samples (training thread, only while counting) -------------------------
 
