@@ -200,17 +200,14 @@ def interleaved(child: Child, rounds: int, block: int, agent_on=(False, True), p
     return first, second, ratios
 
 
-def capture_cost(agent: Child, out_dir: str) -> dict:
-    """One capture while the agent child trains: hook time, and added time overall."""
-    from gputop.agent import client
-
+def _while_training(agent: Child, ask) -> tuple[dict, dict]:
+    """Run ``ask()`` (a request to the agent) while the child trains; its reply, and the
+    baseline step, the steps from request to reply and the training time they added."""
     flag = Path(tempfile.mkstemp(prefix="bench-agent-flag-")[1])
     agent.ask_nowait(op="run_until", flag=str(flag))
     time.sleep(1.0)  # a baseline before the request
     t_request = time.monotonic()
-    reply = client.request(
-        agent.pid, {"cmd": "capture", "steps": 3, "warmup": 1, "out": out_dir}, timeout=60
-    )
+    reply = ask()
     t_reply = time.monotonic()
     time.sleep(0.5)
     flag.unlink()
@@ -218,42 +215,29 @@ def capture_cost(agent: Child, out_dir: str) -> dict:
     before = [e - s for s, e in log if e < t_request]
     baseline = statistics.median(before[-200:])
     during = [e - s for s, e in log if s >= t_request and e <= t_reply + baseline]
-    added = sum(d - baseline for d in during)
-    return {
-        "baseline_step_s": baseline,
-        "steps_during": len(during),
-        "added_s": added,
-        "hook_blocked_s": reply["summary"]["blocked_s"],
-        "request_to_reply_s": t_reply - t_request,
-        "trace_bytes": reply["bytes"],
-    }
+    return reply, {"baseline_step_s": baseline, "steps_during": len(during),
+                   "added_s": sum(d - baseline for d in during),
+                   "request_to_reply_s": t_reply - t_request}
+
+
+def capture_cost(agent: Child, out_dir: str) -> dict:
+    """One capture while the agent child trains: hook time, and added time overall."""
+    from gputop.agent import client
+
+    reply, cost = _while_training(agent, lambda: client.request(
+        agent.pid, {"cmd": "capture", "steps": 3, "warmup": 1, "out": out_dir}, timeout=60))
+    return {**cost, "hook_blocked_s": reply["summary"]["blocked_s"],
+            "trace_bytes": reply["bytes"]}
 
 
 def flop_count_cost(agent: Child) -> dict:
     """One FLOP count asked for while the agent child trains: its step, and the time added."""
     from gputop.agent import client
 
-    flag = Path(tempfile.mkstemp(prefix="bench-agent-flag-")[1])
-    agent.ask_nowait(op="run_until", flag=str(flag))
-    time.sleep(1.0)  # a baseline before the request
-    t_request = time.monotonic()
-    reply = client.request_flop_count(agent.pid, timeout=60)
-    t_reply = time.monotonic()
-    time.sleep(0.5)
-    flag.unlink()
-    log = json.loads(agent.proc.stdout.readline())["log"]
-    before = [e - s for s, e in log if e < t_request]
-    baseline = statistics.median(before[-200:])
-    during = [e - s for s, e in log if s >= t_request and e <= t_reply + baseline]
-    return {
-        "baseline_step_s": baseline,
-        "counted_step_s": reply["counted_step_s"],
-        "agent_cost_s": reply["cost_s"],
-        "flops_per_step": reply["flops_per_step"],
-        "added_s": sum(d - baseline for d in during),
-        "steps_during": len(during),
-        "request_to_reply_s": t_reply - t_request,
-    }
+    reply, cost = _while_training(agent, lambda: client.request_flop_count(agent.pid,
+                                                                           timeout=60))
+    return {**cost, "counted_step_s": reply["counted_step_s"], "agent_cost_s": reply["cost_s"],
+            "flops_per_step": reply["flops_per_step"]}
 
 
 def _quantile(values: list[float], q: float) -> float:
