@@ -237,3 +237,27 @@ def test_mfu_drop_gives_way_to_a_root_cause_on_its_gpu():
                      own_pid=OWN)
     assert {f.id for f in found} == {"dataloader-stall"}
     assert "mfu-drop" in found[0].evidence
+
+
+def test_job_row_and_json_carry_the_jobs_efficiency():
+    from gputop.job_groups import jobs_in
+    from gputop.tui.rows import build_rows
+
+    def rank(r: int) -> ProcSample:
+        eff = Efficiency(mfu=0.3 + 0.1 * r, achieved_flops=(0.3 + 0.1 * r) * 989.5e12,
+                         peak_flops=989.5e12, goodput=0.9, j_per_step=500.0)
+        return ProcSample(pid=200 + r, name="python", ppid=50, cmdline="python train.py",
+                          agent={"job_id": "job-1", "rank": r, "world_size": 2, "steps": 10,
+                                 "steps_per_s": 2.0}, efficiency=eff)
+
+    s = snap(0.0, gpu(0, processes=(rank(0),)), gpu(1, processes=(rank(1),)))
+    row = next(r for r in build_rows(s) if r.job == "job-1")
+    assert "MFU 35%" in row.cells["command"] and "goodput 90%" in row.cells["command"]
+    assert "1 kJ/step" in row.cells["command"]  # two GPUs' 500 J each
+    ranks = [r for r in build_rows(s) if r.pid in (200, 201)]
+    assert all(r.cells["command"].startswith(("├─ rank", "└─ rank")) for r in ranks)
+    assert "[MFU 30%, goodput 90%, 500 J/step]" in ranks[0].cells["command"]
+    job = jobs_in(s)[0].to_json()
+    assert job["efficiency"]["mfu"] == pytest.approx(0.35)
+    assert job["efficiency"]["j_per_step"] == 1000.0
+    assert [r["mfu"] for r in job["ranks"]] == [0.3, pytest.approx(0.4)]
