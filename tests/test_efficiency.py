@@ -107,6 +107,19 @@ def test_workers_forked_during_the_count_do_not_inherit_it(world):
     assert result["batches"] == 24 and result["flagged"] == 0
 
 
+def test_a_count_past_its_limit_leaves_without_a_next_step(world):
+    """The counted step runs past the limit and the loop never steps again: counting stops,
+    the mode is gone at the next module call, and the count says why."""
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "expired_count.py")],
+                          env=world, cwd=REPO, capture_output=True, text=True, timeout=SLOW)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["under_mode"] == [True, False]
+    assert result["state"] == "idle"
+    assert result["count"]["ok"] is False and "time limit" in result["count"]["message"]
+    assert "torch.compile" not in done.stderr  # no global module hook warning
+
+
 def test_goodput_books_waits_checkpoints_file_writes_and_stalls(world, tmp_path):
     """Every category of the ledger from a job that does each: the DataLoader waits, torch.save
     every 40 steps, a 16 MiB write+fsync every 50, a 0.6 s stall every 60 (step 120 saves and

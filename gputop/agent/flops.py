@@ -95,8 +95,9 @@ class _NoModuleTracker:
         return None
 
 
-def _counter(deadline: float) -> Any:
-    """A FlopCounterMode that counts per precision, stops at ``deadline`` and never raises."""
+def _counter(deadline: float, on_stop: Callable[[], None]) -> Any:
+    """A FlopCounterMode that counts per precision, stops at ``deadline`` (then calls
+    ``on_stop``) and never raises."""
     from torch.utils.flop_counter import FlopCounterMode
 
     matmul_tf32, conv_tf32 = _tf32_switches()
@@ -118,6 +119,7 @@ def _counter(deadline: float) -> Any:
             try:
                 if time.perf_counter() > deadline:
                     self.stopped = "the step ran past the count's time limit"
+                    on_stop()
                     return out
                 flops = int(formula(*args, **kwargs, out_val=out))
                 tensor = _first_tensor(args)
@@ -134,6 +136,7 @@ def _counter(deadline: float) -> Any:
                 self.by_precision[key] = self.by_precision.get(key, 0) + flops
             except Exception as exc:
                 self.stopped = f"counting failed: {type(exc).__name__}: {exc}"[:200]
+                on_stop()
             return out
 
     return StepFlopCounter()
@@ -235,10 +238,10 @@ class FlopCount:
                                   else "cancelled",
                                   f"no optimizer step in {waited:.0f} s (inference, or a stuck "
                                   "job?)" if waited > timeout else "the client went away")
-                self._expired = True  # counting: it stops now, and leaves at a safe point
                 counter = self._counter
                 if counter is not None and counter.stopped is None:
                     counter.stopped = "the request timed out or its client went away"
+                self._stop_soon()  # counting: it stops now, and leaves at a safe point
                 if waited > timeout + 5.0:
                     return _error("timeout", f"the counted step did not end in {timeout:g} s; "
                                              "counting stopped")
@@ -277,7 +280,7 @@ class FlopCount:
         self._limit = max(MIN_LIMIT_S, LIMIT_STEPS * (self._typical or 0.0))
         self._expired = False
         self._samples = None
-        counter = _counter(time.perf_counter() + self._limit)
+        counter = _counter(time.perf_counter() + self._limit, self._stop_soon)
         with self._lock:
             if self.state != "armed":
                 return
@@ -289,12 +292,11 @@ class FlopCount:
         if ledger is not None:
             ledger.counting = True
         self._watch_batches()
-        self._watch_modules()
 
     def _finish(self, now: float) -> None:
         counter = self._counter
         if not self._leave(counter):
-            self._expired = True  # not here (another thread, a mode above ours): at a safe point
+            self._stop_soon()  # not here (another thread, a mode above ours): at a safe point
             return
         counted_s = now - self._t0
         total = sum(counter.by_precision.values())
@@ -336,12 +338,13 @@ class FlopCount:
         return True
 
     def _done(self, result: dict[str, Any]) -> None:
-        for undo in reversed(self._undo):
+        with self._lock:
+            undos, self._undo = self._undo, []
+        for undo in reversed(undos):
             try:
                 undo()
             except Exception:
                 pass
-        self._undo = []
         ledger = self.telemetry.ledger
         if ledger is not None:
             ledger.counting = False
@@ -356,7 +359,7 @@ class FlopCount:
         try:
             if counter is not None and not self._leave(counter):
                 counter.stopped = counter.stopped or message
-                self._expired = True
+                self._stop_soon()
                 return
         except Exception:
             pass
@@ -404,21 +407,30 @@ class FlopCount:
 
     # --- safe points and samples (training thread, only while counting) -------------------------
 
-    def _watch_modules(self) -> None:
-        from torch.nn.modules.module import register_module_forward_pre_hook
+    def _stop_soon(self) -> None:
+        """The count is over (its time ran out, it failed, its request went): leave the mode
+        at the next safe point of the training thread. Besides the next step and batch, that is
+        the next module call: a global module hook, placed only now (torch.compile warns about
+        global module hooks, and an ordinary count ends at the next step without one)."""
+        with self._lock:
+            if self._expired or self.state != "counting" or self._counter is None:
+                return
+            self._expired = True
+            try:
+                from torch.nn.modules.module import register_module_forward_pre_hook
 
-        thread = self._thread
+                thread = self._thread
 
-        def pre_hook(_module: Any, _args: Any) -> None:
-            if threading.get_ident() == thread and (self._expired or time.perf_counter()
-                                                    - self._t0 > self._limit):
-                try:
-                    self._safe_point()
-                except Exception:
-                    pass
+                def pre_hook(_module: Any, _args: Any) -> None:
+                    if threading.get_ident() == thread:
+                        try:
+                            self._safe_point()
+                        except Exception:
+                            pass
 
-        handle = register_module_forward_pre_hook(pre_hook)
-        self._undo.append(handle.remove)
+                self._undo.append(register_module_forward_pre_hook(pre_hook).remove)
+            except Exception as exc:
+                self.telemetry.record_error(exc)
 
     def _watch_batches(self) -> None:
         """Add up the batches' leading dimension while counting (one step only)."""
@@ -434,8 +446,7 @@ class FlopCount:
             batch = previous(it)
             if threading.get_ident() == thread:
                 try:
-                    if self._expired:
-                        self._safe_point()
+                    self._safe_point()  # leaves a count that is over
                     tensor = _first_tensor(batch)
                     if tensor is not None and tensor.dim() >= 1:
                         self._samples = (self._samples or 0) + int(tensor.shape[0])
