@@ -16,7 +16,11 @@ both alike and nothing else differs (same process, memory layout, data). It prin
 - the latency of `agent_status()`, which the monitor calls once per tick per process;
 - for one capture (1 warm-up + 3 recorded steps): the time the training thread spends in the
   agent's hook (profiler start, steps, stop) and the training time added overall from the
-  request until the trace is written (profiling overhead and the export thread included).
+  request until the trace is written (profiling overhead and the export thread included);
+- for one FLOP count (``FlopCounterMode`` on one step, as the monitor's `m` asks for it): the
+  counted step against a typical one, and the training time added from request to reply. The
+  agent counted once by itself after warm-up too: the idle figures above are with that done and
+  the goodput ledger on (it is part of the hook's cost measured directly).
 """
 
 from __future__ import annotations
@@ -69,9 +73,10 @@ def child_main() -> None:
         loss.backward()
         opt.step()
 
-    for _ in range(100):  # warm up allocator and caches
+    for _ in range(100):  # warm up allocator and caches (the agent counts step 11's FLOPs)
         step()
-    print(json.dumps({"ready": os.getpid()}), flush=True)
+    auto = gputop.agent._agent.flops.last or {}
+    print(json.dumps({"ready": os.getpid(), "auto_count": auto}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "run":
@@ -119,6 +124,9 @@ def direct_overhead() -> dict:
 
     hook = best(lambda: telemetry.optimizer_hook(opt, (), {}))
     empty = best(lambda: None)
+    ledger = telemetry.ledger
+    now = time.perf_counter()
+    ledger_step = best(lambda: ledger.step(now, 0.001, 0.0))
     loader = DataLoader(TensorDataset(torch.zeros(20 * n, 1)), batch_size=None)
     it = iter(loader)
     wrapped = type(it).__next__
@@ -138,7 +146,7 @@ def direct_overhead() -> dict:
 
     return {"hook_s": hook - empty, "dataloader_timer_s": max(0.0, t_wrapped - t_original),
             "sync_passthrough_s": max(0.0, best(lambda: item(scalar)) - best(lambda: plain(scalar))),
-            "sync_timing_s": best(timed_sync) - empty}
+            "sync_timing_s": best(timed_sync) - empty, "ledger_s": ledger_step - empty}
 
 
 # --- parent ------------------------------------------------------------------------------------
@@ -154,7 +162,9 @@ class Child:
             env=env,
             cwd=REPO,
         )
-        self.pid = json.loads(self.proc.stdout.readline())["ready"]
+        ready = json.loads(self.proc.stdout.readline())
+        self.pid = ready["ready"]
+        self.auto_count = ready["auto_count"]
 
     def ask(self, **cmd) -> dict:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -204,17 +214,14 @@ def interleaved(child: Child, rounds: int, block: int, agent_on=(False, True), p
     return first, second, ratios
 
 
-def capture_cost(agent: Child, out_dir: str) -> dict:
-    """One capture while the agent child trains: hook time, and added time overall."""
-    from gputop.agent import client
-
+def _while_training(agent: Child, ask) -> tuple[dict, dict]:
+    """Run ``ask()`` (a request to the agent) while the child trains; its reply, and the
+    baseline step, the steps from request to reply and the training time they added."""
     flag = Path(tempfile.mkstemp(prefix="bench-agent-flag-")[1])
     agent.ask_nowait(op="run_until", flag=str(flag))
     time.sleep(1.0)  # a baseline before the request
     t_request = time.monotonic()
-    reply = client.request(
-        agent.pid, {"cmd": "capture", "steps": 3, "warmup": 1, "out": out_dir}, timeout=60
-    )
+    reply = ask()
     t_reply = time.monotonic()
     time.sleep(0.5)
     flag.unlink()
@@ -222,15 +229,29 @@ def capture_cost(agent: Child, out_dir: str) -> dict:
     before = [e - s for s, e in log if e < t_request]
     baseline = statistics.median(before[-200:])
     during = [e - s for s, e in log if s >= t_request and e <= t_reply + baseline]
-    added = sum(d - baseline for d in during)
-    return {
-        "baseline_step_s": baseline,
-        "steps_during": len(during),
-        "added_s": added,
-        "hook_blocked_s": reply["summary"]["blocked_s"],
-        "request_to_reply_s": t_reply - t_request,
-        "trace_bytes": reply["bytes"],
-    }
+    return reply, {"baseline_step_s": baseline, "steps_during": len(during),
+                   "added_s": sum(d - baseline for d in during),
+                   "request_to_reply_s": t_reply - t_request}
+
+
+def capture_cost(agent: Child, out_dir: str) -> dict:
+    """One capture while the agent child trains: hook time, and added time overall."""
+    from gputop.agent import client
+
+    reply, cost = _while_training(agent, lambda: client.request(
+        agent.pid, {"cmd": "capture", "steps": 3, "warmup": 1, "out": out_dir}, timeout=60))
+    return {**cost, "hook_blocked_s": reply["summary"]["blocked_s"],
+            "trace_bytes": reply["bytes"]}
+
+
+def flop_count_cost(agent: Child) -> dict:
+    """One FLOP count asked for while the agent child trains: its step, and the time added."""
+    from gputop.agent import client
+
+    reply, cost = _while_training(agent, lambda: client.request_flop_count(agent.pid,
+                                                                           timeout=60))
+    return {**cost, "counted_step_s": reply["counted_step_s"], "agent_cost_s": reply["cost_s"],
+            "flops_per_step": reply["flops_per_step"]}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -282,7 +303,7 @@ def main() -> int:
             f"  step time without {statistics.median(p) * 1e3:.3f} ms, "
             f"with {statistics.median(a) * 1e3:.3f} ms (medians)"
         )
-        report_ratios("idle agent", p, a, ratios)
+        report_ratios("idle agent (goodput ledger on, its FLOP count done)", p, a, ratios)
         short = max(20, args.rounds // 3)
         p, a, ratios = interleaved(agent, short, args.block, poll_hz=10.0)
         report_ratios("agent polled for status at 10 Hz", p, a, ratios)
@@ -293,7 +314,8 @@ def main() -> int:
         per_step = direct["hook_s"] + direct["dataloader_timer_s"]
         base = statistics.median(p)
         print(
-            f"  measured directly: optimizer hook {direct['hook_s'] * 1e6:.2f} us + DataLoader "
+            f"  measured directly: optimizer hook {direct['hook_s'] * 1e6:.2f} us (of which the "
+            f"goodput ledger {direct['ledger_s'] * 1e6:.2f} us) + DataLoader "
             f"timer {direct['dataloader_timer_s'] * 1e6:.2f} us = {per_step * 1e6:.2f} us per "
             f"step = {per_step / base * 100:.3f}% of this model's step"
         )
@@ -302,6 +324,13 @@ def main() -> int:
             f"tensor (not timed), {direct['sync_timing_s'] * 1e6:.2f} us per sync of a CUDA "
             "tensor (timed)"
         )
+        auto = agent.auto_count
+        if auto.get("ok"):
+            print(f"  the automatic FLOP count after warm-up: step {auto['step']}, counted in "
+                  f"{auto['counted_step_s'] * 1e3:.2f} ms against {auto['typical_step_s'] * 1e3:.2f}"
+                  f" ms typical (cost {auto['cost_s'] * 1e3:.2f} ms, once per process)")
+        else:
+            print(f"  the automatic FLOP count after warm-up did not run: {auto}")
 
         from gputop.agent.client import agent_status
 
@@ -329,6 +358,21 @@ def main() -> int:
         print(
             f"  training time added from request to trace written ({cost['steps_during']} "
             f"steps; profiling overhead and export included): {cost['added_s'] * 1e3:.1f} ms"
+        )
+        flops = flop_count_cost(agent)
+        print(
+            f"one FLOP count (FlopCounterMode on one step, {flops['flops_per_step'] / 1e6:.0f} "
+            f"MFLOP; request to reply {flops['request_to_reply_s'] * 1e3:.0f} ms):"
+        )
+        print(
+            f"  the counted step {flops['counted_step_s'] * 1e3:.2f} ms against "
+            f"{flops['baseline_step_s'] * 1e3:.2f} ms typical "
+            f"({flops['counted_step_s'] / flops['baseline_step_s']:.1f}x); the agent's own "
+            f"figure of its cost {flops['agent_cost_s'] * 1e3:.2f} ms"
+        )
+        print(
+            f"  training time added from request to reply ({flops['steps_during']} steps): "
+            f"{flops['added_s'] * 1e3:.1f} ms, once; nothing after (the mode is gone)"
         )
     finally:
         try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gputop.format import safe_text
 
 if TYPE_CHECKING:
-    from gputop.model import ProcSample, Snapshot
+    from gputop.model import Efficiency, ProcSample, Snapshot
 
 MAX_JOB_ID = 200
 
@@ -29,6 +29,7 @@ class RankView:
     steps_per_s: float | None
     step_time_p50_s: float | None
     dataloader_wait_share: float | None  # 0-1 of its step time
+    efficiency: Efficiency | None = None  # MFU, goodput, J/step (gputop.efficiency)
 
     @property
     def gpu(self) -> int | None:
@@ -38,7 +39,10 @@ class RankView:
         return {"rank": self.rank, "local_rank": self.local_rank, "pid": self.pid,
                 "gpus": list(self.gpus), "steps": self.steps, "steps_per_s": self.steps_per_s,
                 "step_time_p50_s": self.step_time_p50_s,
-                "dataloader_wait_share": self.dataloader_wait_share}
+                "dataloader_wait_share": self.dataloader_wait_share,
+                "mfu": self.efficiency.mfu if self.efficiency else None,
+                "goodput": self.efficiency.goodput if self.efficiency else None,
+                "j_per_step": self.efficiency.j_per_step if self.efficiency else None}
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,12 @@ class JobView:
         return {r.pid for r in self.ranks}
 
     def to_json(self) -> dict[str, Any]:
+        from gputop.efficiency import job_figures
+
         return {"job_id": self.job_id, "world_size": self.world_size,
                 "launcher_pid": self.launcher_pid, "ranks": [r.to_json() for r in self.ranks],
-                "missing_local_ranks": list(self.missing_local_ranks)}
+                "missing_local_ranks": list(self.missing_local_ranks),
+                "efficiency": job_figures((r.efficiency, r.gpus) for r in self.ranks)}
 
 
 def _num(d: dict, key: str, kind: type | tuple) -> Any:
@@ -101,6 +108,7 @@ def jobs_in(snap: Snapshot) -> list[JobView]:
             steps_per_s=_positive(agent, "steps_per_s"),
             step_time_p50_s=_positive(agent, "step_time_p50_s"),
             dataloader_wait_share=_fraction(agent, "dataloader_wait_share"),
+            efficiency=proc.efficiency,
         )
         grouped.setdefault(safe_text(job[:MAX_JOB_ID]), []).append(
             (view, proc, _num(agent, "local_world_size", int)))

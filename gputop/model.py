@@ -75,6 +75,34 @@ class MigSample:
 
 
 @dataclass(frozen=True)
+class Efficiency:
+    """How much of its GPU a training process turns into work (``gputop.efficiency``).
+
+    From the agent: the FLOPs of one counted step, the steps/s, the goodput ledger; from NVML:
+    the board (its datasheet peak), GPM's tensor activity and the energy counter. Shares are
+    0-1; a figure that cannot be known is None, with the reason in the note beside it."""
+
+    flops_per_step: float | None = None
+    precision: str | None = None  # fp32, tf32, bf16, fp16, fp8, ...: most of the counted FLOPs
+    samples_per_step: int | None = None
+    achieved_flops: float | None = None  # FLOP/s: flops_per_step x steps/s
+    device: str | None = None  # the board whose peak is used
+    peak_flops: float | None = None  # its dense peak for the precision (FLOP/s)
+    peak_source: str | None = None  # the datasheet
+    mfu: float | None = None
+    mfu_note: str | None = None  # why there is no MFU
+    best_mfu: float | None = None  # at the job's best 30 s window (same FLOP count)
+    tensor_active: float | None = None  # GPM tensor activity of the GPU (%), when it has GPM
+    tensor_agrees: bool | None = None  # the cross-check of MFU against tensor activity
+    tensor_note: str | None = None
+    goodput: float | None = None  # productive share of the time booked
+    goodput_s: dict[str, float] = field(default_factory=dict)  # seconds per category
+    j_per_step: float | None = None  # the GPU's energy per optimizer step
+    j_per_sample: float | None = None
+    energy_window_s: float | None = None  # the span J/step was measured over
+
+
+@dataclass(frozen=True)
 class ProcSample:
     """A process that uses a GPU, with its children measured by psutil.
 
@@ -107,6 +135,7 @@ class ProcSample:
     gpu_instance: int | None = None  # MIG: the GPU instance (GI) and compute instance (CI)
     compute_instance: int | None = None
     hidden: str | None = None
+    efficiency: Efficiency | None = None  # MFU, goodput, J/step (issue 30)
 
     @property
     def tree_cpu_percent(self) -> float:
@@ -209,7 +238,7 @@ class Snapshot:
 
 # Fields written to JSON only when set, so the schema of a plain host stays as it was.
 _OPTIONAL_PROC = ("agent", "ns_pid", "host_pid", "owner", "gpu_instance", "compute_instance",
-                  "hidden")
+                  "hidden", "efficiency")
 
 
 def _proc_to_json(proc: ProcSample) -> dict[str, Any]:

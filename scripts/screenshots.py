@@ -5,8 +5,9 @@ steps one simulated second per sample, so a few seconds of sampling give the cha
 history. The samples then feed the app without a terminal, at a fixed size, with the live rules
 run over them (the findings panel). For the diagnosis screen, the input-starved demo's real
 training process is captured through its agent (3 steps, with Python stacks) and the trace
-analyzed, as `p` does; for the stacks view, the tour's GPU 0 stand-in (no agent) and its
-workers are sampled with py-spy, as `p` does on a process without the agent.
+analyzed, as `p` does; for the stacks view, the tour's first stand-in without an agent (GPU 0
+runs the torch trainer with the agent) and its workers are sampled with py-spy, as `p` does on
+a process without the agent.
 
 Usage: python scripts/screenshots.py [--out screenshots] [--samples 90]
 """
@@ -44,7 +45,7 @@ class Shot:
     size: tuple[int, int]
     keys: tuple[str, ...] = ()
     diagnosis: bool = False  # show the diagnosis of a capture of the GPU 0 process
-    stacks: bool = False  # show the Python stacks of the GPU 0 process (`p` without an agent)
+    stacks: bool = False  # the Python stacks of the first process without an agent (`p`)
 
 
 SHOTS = (
@@ -95,24 +96,38 @@ def capture_gpu0(snap: Snapshot, out: Path) -> Capture:
                    format_source_lines(top_source_lines(trace)))
 
 
-def stacks_gpu0(snap: Snapshot) -> Stacks:
-    """Sample the Python stacks of GPU 0's process and its workers with py-spy."""
-    proc = snap.gpus[0].processes[0]
+def stacks_without_agent(snap: Snapshot) -> Stacks:
+    """Sample the Python stacks of the first GPU process without an agent (and its workers)
+    with py-spy: what `p` shows for it."""
+    proc = next(p for g in snap.gpus for p in g.processes if p.visible and not p.agent)
     return Stacks(proc.pid, proc.cmdline or proc.name, sample_stacks(proc.pid, 2))
+
+
+def wait_for_flop_counts(sampler, timeout: float = 120.0) -> None:
+    """Until every GPU process with the agent has counted its FLOPs (after warm-up), so the
+    screenshots show its MFU."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        snap = sampler.sample()
+        waiting = [p for g in snap.gpus for p in g.processes
+                   if p.agent and (p.efficiency is None or p.efficiency.flops_per_step is None)]
+        if not waiting:
+            return
+        time.sleep(0.5)
 
 
 def sample_scenario(scenario: str, samples: int, capture_to: Path | None = None,
                     stacks: bool = False) -> tuple[list[Snapshot], Capture | None, Stacks | None]:
     """``samples`` snapshots one simulated second apart, with real host and process data;
-    with ``capture_to``, a capture of GPU 0's process made meanwhile; with ``stacks``, its
-    Python stacks."""
+    with ``capture_to``, a capture of GPU 0's process made meanwhile; with ``stacks``, the
+    Python stacks of the first process without an agent."""
     clock = SteppedClock()
     start = time.time() - samples
     snaps = []
     capture = None
     sampled_stacks = None
     with open_sampler(scenario, seed=0, clock=clock, wait_for_workers=10.0) as sampler:
-        sampler.sample()
+        wait_for_flop_counts(sampler)
         for i in range(samples):
             clock.t = float(i)
             time.sleep(0.05)  # a real interval for the CPU rates of the processes
@@ -120,7 +135,7 @@ def sample_scenario(scenario: str, samples: int, capture_to: Path | None = None,
         if capture_to is not None:
             capture = capture_gpu0(snaps[-1], capture_to)
         if stacks:
-            sampled_stacks = stacks_gpu0(snaps[-1])
+            sampled_stacks = stacks_without_agent(snaps[-1])
     return snaps, capture, sampled_stacks
 
 

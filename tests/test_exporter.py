@@ -20,7 +20,8 @@ from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
                   "GPU_I_ID", "GPU_I_PROFILE", "pod", "namespace", "container", "hpc_job",
-                  "hostname", "driver_version", "cuda_version", "simulated"}
+                  "hostname", "driver_version", "cuda_version", "simulated",
+                  "category"}  # the goodput ledger's seven categories
 
 
 def free_port() -> int:

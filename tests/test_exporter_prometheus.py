@@ -8,6 +8,7 @@ timeouts; the 60 s of the acceptance is the one bound taken from the issue."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -222,6 +223,32 @@ def test_job_telemetry_from_the_agent(stack):
     assert quantiles == {"0.5", "0.95"}
 
 
+def test_efficiency_series_with_the_jobs_labels(stack):
+    """MFU, goodput and J/step of the torch job on GPU 0 (issue 30): the agent counts one step's
+    FLOPs after warm-up; MFU is the achieved FLOP/s over the simulated A100's fp32 peak."""
+    pytest.importorskip("torch")
+    prom = stack["prom"]
+    series = {}
+    for name in ("gputop_job_mfu_ratio", "gputop_job_goodput_ratio",
+                 "gputop_job_energy_per_step_joules", "gputop_job_achieved_flops_per_second"):
+        found = wait_for(lambda name=name: prom.query(f'{name}{{job="gputop"}}'),
+                         timeout=2 * SLOW, interval=0.5)
+        # No rank (a single process): Prometheus drops the empty label.
+        assert found[0]["metric"]["gpu"] == "0" and found[0]["metric"].get("rank", "") == ""
+        assert "pid" not in found[0]["metric"]
+        series[name] = float(found[0]["value"][1])
+    assert 0 < series["gputop_job_mfu_ratio"] < 1
+    assert 0 < series["gputop_job_goodput_ratio"] < 1
+    assert series["gputop_job_energy_per_step_joules"] > 0
+    # The same scrape: MFU = achieved / the A100's dense fp32 peak (19.5 TFLOP/s, datasheet).
+    pair = prom.query('gputop_job_mfu_ratio{job="gputop"} * 19.5e12 / '
+                      'gputop_job_achieved_flops_per_second{job="gputop"}')
+    assert abs(float(pair[0]["value"][1]) - 1.0) < 1e-6
+    categories = {s["metric"]["category"]
+                  for s in prom.query('gputop_job_goodput_seconds_total{job="gputop"}')}
+    assert {"productive", "startup", "dataloader"} <= categories
+
+
 def test_tls_and_basic_auth(stack):
     prom = stack["prom"]
     up = wait_for(lambda: [s for s in prom.query('up{job="gputop-tls"}')
@@ -256,6 +283,10 @@ def test_every_dashboard_query_runs(stack):
                 with_data.add(panel["title"])
     assert {"Active findings (why GPUs are slow)", "GPU utilization", "GPU memory used",
             "Host CPU and iowait"} <= with_data, with_data
+    if importlib.util.find_spec("torch") is not None:  # GPU 0 runs the torch demo trainer
+        panel = next(p for p in dashboard["panels"] if p["title"].startswith("MFU and goodput"))
+        wait_for(lambda: prom.query(panel["targets"][0]["expr"].replace("$instance", ".+")),
+                 timeout=2 * SLOW, interval=0.5)
 
 
 def test_rules_file_passes_promtool():

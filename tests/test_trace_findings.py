@@ -15,7 +15,7 @@ from gputop.diagnostics.findings import (
     order_findings,
     verdict,
 )
-from tests.conftest import SHARED
+from tests.conftest import REPO, SHARED
 
 
 def make(id_: str, severity: str, cost_s: float, **kw) -> Finding:
@@ -38,11 +38,13 @@ def test_catalogue_matches_the_design_table():
     ids = re.findall(r"^\| `([a-z-]+)` \|", design.read_text(), flags=re.M)
     assert len(ids) >= 17
     # DESIGN.md's ids first, in its order; then the ids docs/ARCHITECTURE.md records as
-    # departures from it, each with its reason.
+    # departures from it, each with its reason, and each in the README's tables.
     assert list(CATALOGUE)[: len(ids)] == ids
     extra = list(CATALOGUE)[len(ids):]
     architecture = (Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md").read_text()
     assert all(f"`{i}`" in architecture for i in extra), extra
+    readme = (REPO / "README.md").read_text()
+    assert all(f"| `{i}` |" in readme for i in extra), extra
     assert all(CATALOGUE[i] for i in CATALOGUE)
 
 

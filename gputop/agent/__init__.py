@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gputop.agent.flops import FlopCount
+from gputop.agent.goodput import GoodputLedger, wrap_torch_save
 from gputop.agent.info import distributed_info, hello
 from gputop.agent.pidinfo import PidInfo
 from gputop.agent.profiling import CaptureController
@@ -66,9 +68,26 @@ class _Agent:
         self.telemetry = StepTelemetry()
         self.hooks = TorchHooks(self.telemetry)
         self.capture = CaptureController(self.telemetry, self.hooks.ensure_placed)
+        self.telemetry.ledger = GoodputLedger(capture=self.capture)
+        self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,
+                               lambda: self.capture.job is not None)
+        self._unwrap_save = lambda: None
         self.server: AgentServer | None = None
         self.server_error: str | None = None
         self.pids = PidInfo()  # its pid namespace and host pid, in a container
+
+    def torch_imported(self, module: Any = None) -> None:
+        """The program imported torch: place the hooks, time torch.save, arm the FLOP count."""
+        self.hooks.place(module)
+        if self.hooks.step_hook is None:
+            return
+        try:
+            telemetry = self.telemetry
+            self._unwrap_save = wrap_torch_save(sys.modules["torch"], lambda: telemetry.ledger,
+                                                lambda: telemetry.step_thread)
+            self.flops.arm_auto()
+        except Exception as exc:
+            self.telemetry.record_error(exc)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -83,6 +102,7 @@ class _Agent:
                 "capture": self.capture.capture,
                 "cancel": lambda msg, gone: self._cancel(msg),
                 "seen": lambda msg, gone: self.pids.seen(msg),
+                "flops": self.flops.request,
             },
             on_error=self.telemetry.record_error,
         )
@@ -114,11 +134,19 @@ class _Agent:
         self.telemetry.reset()
         self.telemetry.enabled = False
         self.telemetry.on_first_step = self.wake_in_child
+        # The child's own time and steps: its start is its fork, its count its own.
+        self.flops.leave_after_fork()
+        self.telemetry.ledger = GoodputLedger(capture=self.capture)
+        self.telemetry.on_boundary = None
+        self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,
+                               lambda: self.capture.job is not None)
+        self.flops.arm_auto()
 
     def at_exit(self) -> None:
         if os.getpid() != self.pid:
             return
         try:
+            self.flops.abandon()
             self.capture.abandon_at_exit()
         finally:
             if self.server is not None:
@@ -146,6 +174,8 @@ class _Agent:
         if problem is not None:
             reply["step_hook_problem"] = problem
         reply["capture"] = self.capture.status()
+        reply["flops"] = self.flops.status()
+        reply["goodput"] = self.telemetry.ledger.status()
         reply["agent_errors"] = self.telemetry.errors
         if self.telemetry.last_error:
             reply["last_agent_error"] = self.telemetry.last_error
@@ -183,7 +213,7 @@ def install(dormant: bool | None = None) -> Path | None:
             try:
                 os.register_at_fork(after_in_child=agent.after_fork_in_child)
                 atexit.register(agent.at_exit)
-                after_import("torch", agent.hooks.place)
+                after_import("torch", agent.torch_imported)
             except Exception as exc:
                 agent.telemetry.record_error(exc)
             _agent = agent
@@ -222,8 +252,10 @@ def shutdown() -> None:
     if agent is None:
         return
     agent.capture.cancel("cancelled", "the agent was shut down")
+    agent.flops.abandon()
     agent.telemetry.enabled = False
     agent.hooks.remove()
+    agent._unwrap_save()
     if agent.server is not None:
         agent.server.close()
         agent.server = None

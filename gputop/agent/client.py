@@ -383,7 +383,8 @@ def no_agent_hint(pid: int) -> str:
     if "gputop.demo.standin" in argv:
         import importlib.util
 
-        where = ("GPU 0 of `gputop --demo input-starved` runs a real torch training job that "
+        where = ("GPU 0 of `gputop --demo input-starved` (and of `--demo tour`) runs a real "
+                 "torch training job that "
                  "`p` captures")
         if importlib.util.find_spec("torch") is None:
             return (f"pid {pid} is a stand-in of the simulated demo, not a training job; {where} "
@@ -410,6 +411,13 @@ def agent_status(pid: int, timeout: float = 0.5) -> dict[str, Any] | None:
         return request(pid, {"cmd": "status"}, timeout)
     except (AgentError, OSError, ValueError):
         return None
+
+def request_flop_count(pid: int, timeout: float = 120.0) -> dict[str, Any]:
+    """Ask the agent of ``pid`` to count its next step's FLOPs; its reply once the step ended
+    (``flops_per_step``, ``precision``, ``cost_s``...). Raises AgentError (one line)."""
+    with AgentConnection(pid, timeout + REPLY_MARGIN_S) as conn:
+        return conn.call({"cmd": "flops", "timeout": timeout})
+
 
 # --- captures --------------------------------------------------------------------------------
 

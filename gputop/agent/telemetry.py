@@ -78,6 +78,10 @@ class StepTelemetry:
         self.on_step: Callable[[float], None] | None = None
         # Called at the first optimizer step of a process where the agent is dormant.
         self.on_first_step: Callable[[], None] | None = None
+        # Where the process's time goes (gputop.agent.goodput.GoodputLedger), set by the agent.
+        self.ledger: Any = None
+        # The FLOP count's step boundary, set only while one is pending (like on_step).
+        self.on_boundary: Callable[[float], None] | None = None
 
     # --- training thread ---------------------------------------------------------------------
 
@@ -112,18 +116,26 @@ class StepTelemetry:
             last = self._last_step_at
             self._last_step_at = now
             self.steps += 1
+            ledger = self.ledger
             if last is None:
                 self.first_step_at = now
                 self.step_thread = threading.get_ident()
                 self.step_native_id = threading.get_native_id()
+                if ledger is not None:
+                    ledger.first_step(now)
             else:
                 step_time = now - last
                 self._ring.append((now, step_time, min(self._wait, step_time),
                                    min(self._sync, step_time)))
+                if ledger is not None:  # before a capture starts or stops at this boundary
+                    ledger.step(now, step_time, self._wait)
             self._wait = self._sync = 0.0
             on_step = self.on_step
             if on_step is not None:
                 on_step(now)
+            on_boundary = self.on_boundary
+            if on_boundary is not None:
+                on_boundary(now)
         except Exception as exc:  # the agent must never break the training loop
             self.record_error(exc)
 

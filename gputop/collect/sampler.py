@@ -14,6 +14,7 @@ from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.pidmap import PidResolver, Resolved
 from gputop.collect.pidns import in_init_pidns, ns_pid
+from gputop.efficiency import EfficiencyTracker
 from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot
 
 # Why a pid NVML reports is missing from /proc in the host's own pid namespace.
@@ -46,6 +47,7 @@ class Sampler:
         self.nvml_pids_local = in_init_pidns() if nvml_pids_local is None else nvml_pids_local
         self.resolver = PidResolver()
         self.identity = PerProcess(lambda pid: (ns_pid(pid), read_owner(pid)))
+        self.efficiency = EfficiencyTracker()  # MFU, goodput, J/step of the agents' processes
 
     def open(self) -> DriverInfo:
         driver = self.nvml.open()
@@ -66,6 +68,12 @@ class Sampler:
         gpu_pids = {pid for _, procs, _ in gpu_rows for pid, _ in procs}
         agents = self.agent_probe(gpu_pids) if self.agent_probe else {}
         resolved = self._resolve(gpu_rows, agents)
+        placed: dict[int, list[tuple[GpuSample, int | None]]] = {}
+        for sample, procs, _ in gpu_rows:
+            for pid, gpu_mem in procs:
+                if pid in agents:
+                    placed.setdefault(pid, []).append((sample, gpu_mem))
+        efficiency = self.efficiency.update(now, placed, agents)
         gpus: list[GpuSample] = []
         measured: dict[int, ProcSample] = {}
         for sample, procs, proc_util in gpu_rows:
@@ -78,11 +86,13 @@ class Sampler:
                     base = measured[pid] = self._process(pid, resolved, agents)
                 gi, ci = instances.get(pid, (None, None))
                 rows.append(_with(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid),
-                                  gpu_instance=gi, compute_instance=ci))
+                                  gpu_instance=gi, compute_instance=ci,
+                                  efficiency=efficiency.get(pid)))
             gpus.append(_with(sample, processes=tuple(rows)))
         shown = {p.pid for p in measured.values()} | gpu_pids
         others = tuple(
-            _with(self._identify(self.host.sample_process(pid)), agent=status)
+            _with(self._identify(self.host.sample_process(pid)), agent=status,
+                  efficiency=efficiency.get(pid))
             for pid, status in sorted(agents.items())
             if pid not in shown and status.get("pid") in (pid, None)
         )

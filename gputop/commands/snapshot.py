@@ -102,6 +102,11 @@ def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
         lines.append(f"{'':>13}{safe_text(proc.hidden)}")
     if proc.agent:
         lines.append(f"{'':>13}agent: {agent_line(proc.agent)}")
+    if proc.efficiency is not None:
+        from gputop.efficiency import long_lines
+
+        lines.extend(f"{'':>13}{truncate(safe_text(line), max(20, width - 13))}"
+                     for line in long_lines(proc.efficiency))
     for i, w in enumerate(proc.workers):
         branch = "└─" if i == len(proc.workers) - 1 else "├─"
         lines.append(

@@ -19,13 +19,14 @@ def torch_available() -> bool:
 
 def standin_command(scenario: Scenario, index: int, parent: int,
                     origin: float | None = None) -> list[str]:
-    """The command of GPU ``index``'s stand-in. In `input-starved`, GPU 0 runs a real torch
-    training loop with the agent (when torch is installed), so `p` captures real steps; its
-    DataLoader workers burn a core each and still cannot keep up, like the plain stand-in's.
-    ``origin``: time.monotonic() when the simulated driver's clock started (a stand-in that
-    takes turns with its GPU follows it)."""
+    """The command of GPU ``index``'s stand-in. In `input-starved` and `tour`, GPU 0 (an
+    input-starved GPU) runs a real torch training loop with the agent (when torch is installed),
+    so `p` captures real steps and the agent's FLOP count, steps and goodput give MFU and J/step
+    against the simulated board; its DataLoader workers burn a core each and still cannot keep
+    up, like the plain stand-in's. ``origin``: time.monotonic() when the simulated driver's
+    clock started (a stand-in that takes turns with its GPU follows it)."""
     gpu = scenario.gpus[index]
-    if scenario.name == "input-starved" and index == 0 and torch_available():
+    if index == 0 and gpu.kind == "input-starved" and torch_available():
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--num-workers", str(gpu.workers)]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,

@@ -34,10 +34,11 @@ CATALOGUE: dict[str, str] = {
     "hardware-errors": "XID / ECC / remapped-row events",
     "cold-start": "the trace is start-up (context, first allocations, autotune, compile)",
     # Beyond DESIGN.md's table (docs/ARCHITECTURE.md, departures): a trace-only cause, and
-    # a live one.
+    # live ones.
     "copy-bound": "host-device copies bound the step (the link, not compute, sets its pace)",
     "host-bound": "the GPU idles while the training thread runs its own code (Python, "
                   "bookkeeping) outside the DataLoader",
+    "mfu-drop": "MFU far below the job's own best window",
 }
 
 

@@ -27,7 +27,7 @@ from prometheus_client.core import (
 
 from gputop.diagnostics.findings import SEVERITY_RANK
 from gputop.mig_view import instance_gpu, instance_processes
-from gputop.model import GpuSample, HostSample, MigSample, ProcSample, Snapshot
+from gputop.model import Efficiency, GpuSample, HostSample, MigSample, ProcSample, Snapshot
 from gputop.process_info import OWNER_LABELS, label_values
 
 MIB = 1024**2
@@ -310,6 +310,45 @@ def job_families(snap: Snapshot) -> list[Metric]:
     return [rate, step, wait, steps]
 
 
+# The efficiency of each training job (gputop.efficiency): (name, help, value of Efficiency).
+EFFICIENCY_METRICS: tuple[tuple[str, str, Callable[[Efficiency], float | None]], ...] = (
+    ("gputop_job_mfu_ratio", "Model FLOPs utilization, 0-1: counted FLOPs per step x steps/s "
+     "over the GPU's dense datasheet peak for the precision used", lambda e: e.mfu),
+    ("gputop_job_goodput_ratio", "Share of the job's time in productive steps, 0-1 (agent)",
+     lambda e: e.goodput),
+    ("gputop_job_energy_per_step_joules", "GPU energy per optimizer step (J, NVML energy "
+     "counter)", lambda e: e.j_per_step),
+    ("gputop_job_energy_per_sample_joules", "GPU energy per training sample (J)",
+     lambda e: e.j_per_sample),
+    ("gputop_job_flops_per_step", "FLOPs of one optimizer step (agent's FlopCounterMode count)",
+     lambda e: e.flops_per_step),
+    ("gputop_job_achieved_flops_per_second", "FLOPs per step x steps per second (FLOP/s)",
+     lambda e: e.achieved_flops),
+)
+
+
+def efficiency_families(snap: Snapshot) -> list[Metric]:
+    """MFU, goodput and energy per step of each job, with the job's labels; the goodput
+    ledger's seconds as a counter per category (bounded: seven categories)."""
+    families = [GaugeMetricFamily(name, text, labels=JOB_LABELS)
+                for name, text, _ in EFFICIENCY_METRICS]
+    seconds = CounterMetricFamily("gputop_job_goodput_seconds",
+                                  "Seconds of the job's life by where they went (productive, "
+                                  "startup, dataloader, capture, checkpoint, stall, hang)",
+                                  labels=[*JOB_LABELS, "category"])
+    for (gpu, rank), p in sorted(_jobs(snap).items()):
+        eff = p.efficiency
+        if eff is None:
+            continue
+        for family, (_, _, value) in zip(families, EFFICIENCY_METRICS):
+            v = value(eff)
+            if v is not None:
+                family.add_metric([gpu, rank], float(v))
+        for category, value in eff.goodput_s.items():
+            seconds.add_metric([gpu, rank, category], value)
+    return [*families, seconds]
+
+
 def meta_families(snap: Snapshot | None, version: str, sample_seconds: float | None
                   ) -> list[Metric]:
     info = InfoMetricFamily("gputop", "gputop exporter and driver")
@@ -336,6 +375,7 @@ def all_families(snap: Snapshot | None, clock: FindingClock, version: str,
     families = meta_families(snap, version, sample_seconds)
     if snap is not None:
         families += gpu_families(snap) + host_families(snap.host) + job_families(snap)
+        families += efficiency_families(snap)
     families += clock.families()
     return families
 

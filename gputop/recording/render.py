@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from gputop.efficiency import share_text
 from gputop.format import bytes_h, num, safe_text, truncate
+from gputop.recording.efficiency import efficiency_lines
 from gputop.recording.store import Recording
 from gputop.recording.textchart import bin_means, sparkline
 
@@ -106,6 +108,7 @@ def format_report(summary: dict[str, Any], rec: Recording, width: int = 72) -> s
             out.append(f"  {label:>9} │{line}│")
     out.append("")
     out.extend(job_lines(summary))
+    out.extend(efficiency_lines(summary))
     out.append("metrics: " + format_metrics(summary["metrics"]))
     # Names, hosts and evidence were read from files: no line may carry a terminal escape.
     return "\n".join(safe_text(line) for line in "\n".join(out).split("\n"))
@@ -147,6 +150,10 @@ def format_metrics(m: dict[str, Any]) -> str:
         ("peak GPU memory", m.get("peak_gpu_memory_bytes"), bytes_h),
         ("energy", m.get("energy_j"), lambda v: f"{v / 1000:.1f} kJ"),
         ("energy per step", m.get("energy_per_step_j"), lambda v: f"{v:.1f} J"),
+        ("MFU", m.get("mfu"), share_text),
+        ("goodput", m.get("goodput"), share_text),
+        ("job energy per step", m.get("job_energy_per_step_j"), lambda v: f"{v:.3g} J"),
+        ("per sample", m.get("job_energy_per_sample_j"), lambda v: f"{v:.3g} J"),
         ("duration", m.get("duration_s"), lambda v: f"{v:.0f} s"),
     ]
     return ", ".join(f"{name} {fmt(v)}" for name, v, fmt in parts if v is not None) or "none"

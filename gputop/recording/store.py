@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gputop import __version__
-from gputop.model import Snapshot, snapshot_to_json
+from gputop.efficiency import GOODPUT_KEYS
+from gputop.model import Efficiency, Snapshot, snapshot_to_json
 
 TABLES = ("gpus", "processes", "host", "findings")
 _SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "_findings",
@@ -54,6 +55,10 @@ AGENT_COLUMNS = ("steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
                  "dataloader_wait_share")
 OWNER_COLUMNS = ("runtime", "container_id", "pod_uid", "pod", "namespace", "container",
                  "slurm_job")
+# The process's efficiency (gputop.efficiency), since issue 30; absent from older recordings.
+EFFICIENCY_COLUMNS = ("mfu", "achieved_flops", "peak_flops", "flops_per_step",
+                      "samples_per_step", "goodput", "j_per_step", "j_per_sample")
+GOODPUT_COLUMNS = {key: f"goodput_{key}_s" for key in GOODPUT_KEYS}
 
 
 class RecordingError(Exception):
@@ -134,6 +139,7 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
             value = agent.get(name)
             row[name] = None if value is None else float(value)
         row.update(_placement(p))
+        _efficiency_columns(row, p.efficiency)
         rows.append(row)
     return rows
 
@@ -144,6 +150,18 @@ def _placement(p) -> dict[str, Any]:
     owner = p.owner
     return {"gpu_instance": p.gpu_instance, "ns_pid": p.ns_pid, "host_pid": p.host_pid,
             **{key: getattr(owner, key, None) for key in OWNER_COLUMNS}}
+
+
+def _efficiency_columns(row: dict[str, Any], eff: Efficiency | None) -> None:
+    for name in EFFICIENCY_COLUMNS:
+        value = getattr(eff, name) if eff is not None else None
+        row[name] = None if value is None else float(value)
+    row["precision"] = eff.precision if eff is not None else None
+    row["device"] = eff.device if eff is not None else None
+    seconds = eff.goodput_s if eff is not None else {}
+    for key, column in GOODPUT_COLUMNS.items():
+        value = seconds.get(key)
+        row[column] = None if value is None else float(value)
 
 
 def host_row(snap: Snapshot) -> dict[str, Any]:

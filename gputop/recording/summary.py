@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gputop.recording.efficiency import add_efficiency, compare_mfu, efficiency_metrics
 from gputop.recording.store import Recording, RecordingError, read_recording
 
 THROTTLE_EVENTS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
@@ -119,6 +120,7 @@ def summarize(rec: Recording) -> dict[str, Any]:
     procs = []
     if not rec.processes.empty:
         procs = [process_summary(p) for _, p in rec.processes.groupby(["pid"], dropna=False)]
+        add_efficiency(procs, rec)  # MFU, goodput, J/step over the recording
     times = pd.concat([rec.gpus.get("time", pd.Series(dtype=float)),
                        rec.host.get("time", pd.Series(dtype=float))])
     findings = []
@@ -186,6 +188,7 @@ def benchmark_metrics(meta: dict, gpus: list[dict], procs: list[dict], duration:
         "energy_j": _f(total_energy, 1),
         "energy_per_step_j": _f(total_energy / steps, 3) if total_energy and steps else None,
         "duration_s": duration,
+        **efficiency_metrics(main),
         "environment": {
             "host": meta.get("host"),
             "driver_version": meta.get("driver_version"),
@@ -230,7 +233,8 @@ def parse_regression(text: str) -> float:
 
 
 def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool, str]:
-    """(regressed, one-line reason) for throughput and p95 step time against a baseline."""
+    """(regressed, one-line reason) for throughput, MFU (when both have it) and p95 step time
+    against a baseline."""
     problems, notes = [], []
     cur_t, base_t = current.get("throughput_steps_per_s"), baseline.get("throughput_steps_per_s")
     if cur_t is None or base_t is None or base_t <= 0:
@@ -239,6 +243,9 @@ def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool,
     change = cur_t / base_t - 1
     text = f"throughput {cur_t:.3g} vs {base_t:.3g} steps/s ({change * 100:+.1f}%)"
     (problems if change < -max_regression else notes).append(text)
+    mfu_problems, mfu_notes = compare_mfu(current, baseline, max_regression)
+    problems += mfu_problems
+    notes += mfu_notes
     cur_p, base_p = current.get("step_time_p95_s"), baseline.get("step_time_p95_s")
     if cur_p is not None and base_p:
         change = cur_p / base_p - 1

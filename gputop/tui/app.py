@@ -174,6 +174,7 @@ class GputopApp(App[int]):
         Binding("enter", "open_process", "Process"),
         Binding("k", "signal_process", "Kill"),
         Binding("p", "request_capture", "Capture"),
+        Binding("F", "count_flops", "FLOPs", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "escape", show=False),
         # A recording played back (--replay): step, seek, either end.
@@ -189,9 +190,10 @@ class GputopApp(App[int]):
     MAIN_ONLY = frozenset({"toggle_pause", "window", "toggle_compact", "cycle_sort",
                            "reverse_sort", "filter", "toggle_tree", "open_process",
                            "signal_process", "request_capture", "help", "escape",
-                           "show_findings", "step", "seek", "seek_to"})
+                           "show_findings", "count_flops", "step", "seek", "seek_to"})
     REPLAY_ONLY = frozenset({"step", "seek", "seek_to"})
-    LIVE_ONLY = frozenset({"signal_process", "request_capture"})  # act on a live process
+    LIVE_ONLY = frozenset({"signal_process", "request_capture",
+                           "count_flops"})  # act on a live process
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.MAIN_ONLY and self.screen is not self.screen_stack[0]:
@@ -678,6 +680,41 @@ class GputopApp(App[int]):
                                   severity="error")
         else:
             self.call_from_thread(self.notify, f"sent {name} to pid {pid}")
+
+    def action_count_flops(self) -> None:
+        """`m`: count the FLOPs of the selected process's next step again (its agent's
+        FlopCounterMode), for MFU; on a job row, of every rank."""
+        row = self.table.selected_row()
+        if row is not None and row.job is not None:
+            job = next((j for j in jobs_in(self.frame.snapshot) if j.job_id == row.job), None) \
+                if self.frame is not None else None
+            pids = [r.pid for r in job.ranks] if job is not None else []
+        else:
+            pid = self._selected_pid(training=True)
+            pids = [] if pid is None else [pid]
+        for pid in pids:
+            self.notify(f"counting the FLOPs of pid {pid}'s next step", timeout=3)
+            self._count_flops(pid)
+
+    @work(thread=True, group="flops", exit_on_error=False)
+    def _count_flops(self, pid: int) -> None:
+        """Off the event loop: the agent answers once the counted step has ended."""
+        from gputop.agent.client import AgentError, request_flop_count
+        from gputop.efficiency import flops_text
+
+        try:
+            reply = request_flop_count(pid)
+        except (AgentError, OSError) as exc:
+            self.call_from_thread(self.notify, safe_text(str(exc)), severity="warning",
+                                  timeout=8)
+            return
+        cost = reply.get("cost_s")
+        text = (f"pid {pid}: {flops_text(reply.get('flops_per_step'))} per step "
+                f"({safe_text(str(reply.get('precision')))}), counted at step "
+                f"{reply.get('step')}"
+                + (f"; counting cost the job {cost * 1000:.0f} ms"
+                   if isinstance(cost, (int, float)) else ""))
+        self.call_from_thread(self.notify, text, timeout=8)
 
     def action_request_capture(self) -> None:
         row = self.table.selected_row()

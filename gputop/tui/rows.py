@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gputop.efficiency import job_figures, joules_text, share_text, short_text
 from gputop.format import bytes_h, pct, safe_text
 from gputop.job_groups import JobView, jobs_in
 from gputop.model import ProcSample, Snapshot, WorkerSample
@@ -101,6 +102,12 @@ def _agent_text(proc: ProcSample) -> str:
     return f"  [{text}]"
 
 
+def _efficiency_text(proc: ProcSample) -> str:
+    """MFU, goodput, J/step before the command: a long command line must not hide them."""
+    text = short_text(proc.efficiency)
+    return f"[{text}] " if text else ""
+
+
 def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
     p = group.proc
     total_mem = p.gpu_mem
@@ -116,7 +123,8 @@ def _proc_cells(group: Group, severity: str | None = None) -> dict[str, str]:
         "cpu": pct(p.cpu_percent),
         "rss": bytes_h(p.rss),
         "state": (p.state or "-")[:8],
-        "command": mark + short_command(p) + (f"  [{where}]" if where else "") + _agent_text(p),
+        "command": mark + _efficiency_text(p) + short_command(p)
+                   + (f"  [{where}]" if where else "") + _agent_text(p),
     }
 
 
@@ -133,6 +141,13 @@ def _job_cells(job: JobView, members: list[Group]) -> dict[str, str]:
                else "")]
     if rates:
         what.append(f"{min(rates):.2f} steps/s")
+    figures = job_figures((g.proc.efficiency, g.gpus) for g in members)
+    if figures["mfu"] is not None:
+        what.append(f"MFU {share_text(figures['mfu'])}")
+    if figures["goodput"] is not None:
+        what.append(f"goodput {share_text(figures['goodput'])}")
+    if figures["j_per_step"] is not None:
+        what.append(f"{joules_text(figures['j_per_step'])}/step")
     if waits:
         lo, hi = min(waits) * 100, max(waits) * 100
         what.append(f"DataLoader wait {lo:.0f}%" if round(lo) == round(hi)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from gputop.diagnostics.findings import Finding, order_findings
+from gputop.diagnostics.live.efficiency import rule_mfu_drop
 from gputop.diagnostics.live.hardware import rule_hardware, rule_throttling
 from gputop.diagnostics.live.host import rule_host_bound, rule_host_sync, rule_launch_bound
 from gputop.diagnostics.live.idle import rule_gpu_idle, rule_hung
@@ -43,10 +44,12 @@ RULES = (
     rule_rank_imbalance,
     rule_hardware,
     rule_launch_bound,
+    rule_mfu_drop,
 )
 
+# mfu-drop last: a job slower than its own best window, which any of the others explains better.
 ROOT_CAUSES = ("hung", "dataloader-stall", "pcie-bound", "throttling", "host-sync",
-               "launch-bound", "host-bound", "contention", "imbalance", "gpu-idle")
+               "launch-bound", "host-bound", "contention", "imbalance", "gpu-idle", "mfu-drop")
 # Causes of one rank are ordered by their cost.
 _HOST = ("host-sync", "launch-bound", "host-bound")
 _RANK = {cause: ROOT_CAUSES.index(_HOST[0]) if cause in _HOST else i

@@ -20,6 +20,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "process view: CPU, workers' CPU, GPU memory"),
     ("k", "send SIGTERM to the process (asks first)"),
     ("p", "capture 3 steps (all ranks of a job) or Python stacks"),
+    ("F", "count the FLOPs of the next step again (MFU; agent)"),
     ("f", "findings: every one, the selected one in full"),
     ("Tab", "keys to the findings panel (↑ ↓ select) and back"),
     ("?", "this help"),

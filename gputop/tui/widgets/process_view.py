@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
 
+from gputop.efficiency import long_lines
 from gputop.format import bytes_h, pct, safe_text
 from gputop.model import ProcSample, Snapshot
 from gputop.process_info import tags
@@ -44,6 +45,7 @@ class ProcessScreen(Screen[None]):
     ProcessScreen .chart-box { border: round $secondary; height: 1fr; min-height: 3; }
     ProcessScreen BrailleChart { height: 1fr; }
     ProcessScreen #proc-workers { height: auto; max-height: 10; padding: 0 1; }
+    ProcessScreen #proc-efficiency { height: auto; padding: 0 1; }
     """
     BINDINGS = [Binding("escape", "close", "back")]
 
@@ -51,6 +53,8 @@ class ProcessScreen(Screen[None]):
         super().__init__()
         self.pid = pid
         self.title_line = TextLine(id="proc-title")
+        self.efficiency_line = TextLine(id="proc-efficiency")  # MFU, goodput, J/step (agent)
+        self.efficiency_line.display = False
         self.charts = {name: BrailleChart(classes=f"chart chart-{name}")
                        for name in ("cpu", "workers_cpu", "gpu_mem")}
         self.boxes: dict[str, Vertical] = {}
@@ -58,6 +62,7 @@ class ProcessScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield self.title_line
+        yield self.efficiency_line
         for name, chart in self.charts.items():
             box = self.boxes[name] = Vertical(chart, classes="chart-box")
             yield box
@@ -81,6 +86,11 @@ class ProcessScreen(Screen[None]):
             if where:
                 title.append(f"  [{where}]", style="dim")
         self.title_line.set_text(title)
+        efficiency = proc.efficiency if proc is not None else None
+        self.efficiency_line.display = efficiency is not None
+        if efficiency is not None:
+            self.efficiency_line.set_text(Text("\n".join(safe_text(line)
+                                                         for line in long_lines(efficiency))))
         series = frame.process
         if series is None or series.pid != self.pid:
             return
