@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gputop.agent.client import agent_status, request_flop_count
+from gputop.collect.scenarios import STARTUP_S
 from gputop.peaks import peak_for
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world, running
@@ -191,7 +192,9 @@ def test_gpm_tensor_activity_cross_checks_mfu(world):
             "NVIDIA H100 80GB HBM3", "bf16").flops
         assert eff["tensor_active"] > 20
         assert eff["tensor_agrees"] is False and "does not see" in eff["tensor_note"]
-        text = run_cli("--demo", "healthy", "--gpus", "0", "snapshot", "--measure", "2",
+        # Measured past the simulated job's start-up (no kernels run before it).
+        text = run_cli("--demo", "healthy", "--gpus", "0", "snapshot", "--measure",
+                       str(STARTUP_S + 2),
                        env={**world, "GPUTOP_DEMO_PIDS": f"0:{job['pid']}"})
         assert "GPM cross-check DISAGREES" in text.stdout, text.stdout
 
