@@ -7,8 +7,9 @@ simulated driver their real pids; the rest of gputop cannot tell the difference.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
@@ -30,6 +31,10 @@ def _agent_probe() -> AgentProbe:
     return probe
 
 
+def warn_on_stderr(line: str) -> None:
+    print(f"gputop: warning: {line}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def open_sampler(
     demo: str | None = None,
@@ -39,6 +44,8 @@ def open_sampler(
     clock=None,
     wait_for_workers: float = 1.5,
     host: HostCollector | None = None,
+    trainer: bool = True,
+    on_standin_failure: Callable[[str], None] | None = warn_on_stderr,
 ) -> Iterator[Sampler]:
     """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too.
 
@@ -46,7 +53,8 @@ def open_sampler(
     workers (a fraction of a second; the torch demo takes longer to import torch, and a running
     monitor shows its workers as they appear, so it should not wait for that); the driver is
     opened meanwhile. ``host``: a HostCollector made earlier (its CPU counters were primed
-    then)."""
+    then). ``trainer``: start the demo's real torch trainer (see demo/standins.py);
+    ``on_standin_failure``: told in one line when a stand-in of the demo ends on its own."""
     probe = _agent_probe() if agents else None
     if demo is None:
         sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe)
@@ -67,7 +75,7 @@ def open_sampler(
     sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock,
                                                 pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
-        with StandIns(scenario) as standins:
+        with StandIns(scenario, trainer, on_standin_failure) as standins:
             for index, pids in {**standins.start(skip=attached), **attached}.items():
                 sim.set_processes(index, pids)
             sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe, simulated=demo)

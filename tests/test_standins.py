@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import textwrap
 
 import psutil
 
-from tests.conftest import SLOW, cli_env, wait_for
+from tests.conftest import REPO, SLOW, cli_env, wait_for
 
 HOLDER = textwrap.dedent(
     f"""
@@ -56,3 +57,36 @@ def test_session_exit_stops_standins():
         assert len(pids) >= 8
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                              for p in pids), timeout=SLOW)
+
+
+def test_a_gputop_folder_where_gputop_is_started_cannot_shadow_the_standins(spawn, tmp_path):
+    """gputop started from a folder that holds a `gputop/` directory (the parent of a checkout,
+    another project of that name): its stand-ins still run this gputop, and fork their
+    workers."""
+    work, bin_ = tmp_path / "work", tmp_path / "bin"
+    (work / "gputop").mkdir(parents=True)
+    (work / "gputop" / "__init__.py").write_text("raise ImportError('the shadow was imported')\n")
+    bin_.mkdir()
+    (bin_ / "holder.py").write_text(HOLDER.replace('"input-starved",',
+                                                   '"input-starved", trainer=False,'))
+    holder = spawn([sys.executable, str(bin_ / "holder.py")], stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=work)
+    line = holder.stdout.readline()
+    assert len(line.split()) == 3, holder.stderr.read() if holder.poll() is not None else line
+
+
+def test_a_standin_that_fails_is_said_in_one_line(tmp_path):
+    """The demo's trainer cannot import torch (a broken install here): one line names the GPU,
+    the stand-in and the error; the monitor goes on."""
+    broken = tmp_path / "site"
+    broken.mkdir()
+    (broken / "torch.py").write_text("raise ImportError('torch is broken here')\n")
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(broken), env["PYTHONPATH"]])
+    done = subprocess.run([sys.executable, "-m", "gputop", "--demo", "input-starved", "watch",
+                           "--duration", "6", "--no-where"], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=SLOW)
+    assert done.returncode == 0, done.stderr
+    failed = [line for line in done.stderr.splitlines() if "stand-in" in line]
+    assert failed == ["gputop: warning: demo: the stand-in of GPU 0 (python -m gputop.demo.train)"
+                      " exited with status 1: ImportError: torch is broken here"], done.stderr
