@@ -27,6 +27,26 @@ def test_help_documents_json_lines():
     proc = run_cli("analyze", "--help")
     assert proc.returncode == 0
     assert "JSON Lines" in proc.stdout and "TRACE" in proc.stdout
+    # Its own options first; the global ones once, under one heading at the end.
+    usage = proc.stdout.split("\n\n", 1)[0]
+    assert "--json" in usage and "--demo" not in usage
+    head, globals_ = proc.stdout.rsplit("\nglobal options:\n", 1)
+    assert "--max-events N" in head and "--demo" not in head and "--hosts" not in head
+    assert "--demo" in globals_ and "--remote-gputop" in globals_ and "gputop --help" in globals_
+
+
+def test_every_commands_help_names_the_global_options_once_at_the_end():
+    import argparse
+
+    from gputop.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in COMMANDS:
+        text = sub.choices[name].format_help()
+        assert text.count("--demo") == 1 and text.count("--ssh-option") == 1, name
+        assert text.rstrip().endswith("`gputop --help` says what they do."), name
+    assert "sampling interval in seconds" in parser.format_help()  # their help: here
 
 
 @needs_traces
