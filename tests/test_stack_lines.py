@@ -110,20 +110,23 @@ def test_self_time_inside_the_dataloader_spans(tmp_path):
     assert "80.0 %" in text.splitlines()[2] and "ds.py(48): __getitem__" in text
 
 
+def waiting_for_workers(tid: int) -> list[tuple]:
+    """A step of thread ``tid`` that waits 800 us for a batch of the DataLoader's workers."""
+    return [("cpu_op", "ProfilerStep#1", 0, 1000, tid),
+            ("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+             100, 800, tid)]
+
+
 def test_standard_library_and_torch_frames_count_to_the_users_frame_that_called_them(tmp_path):
     trace = write_trace(tmp_path / "t.json", [
-        ("cpu_op", "ProfilerStep#1", 0, 1000, 1),
-        ("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-         100, 800, 1),
+        *waiting_for_workers(1),
         ("python_function", "train.py(40): main", 0, 1000, 1),
         ("python_function", "torch/utils/data/dataloader.py(620): __next__", 100, 800, 1),
         ("python_function", "multiprocessing/queues.py(113): get", 150, 700, 1),
         ("python_function", "selectors.py(402): select", 200, 600, 1),
         ("python_function", "ds.py(48): __getitem__", 850, 40, 1),  # the user's, in torch
         # On another thread, no frame of the user's: the innermost library frame is kept.
-        ("cpu_op", "ProfilerStep#1", 0, 1000, 2),
-        ("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-         100, 800, 2),
+        *waiting_for_workers(2),
         ("python_function", "threading.py(1000): run", 0, 1000, 2),
         ("python_function", "selectors.py(402): select", 100, 800, 2),
     ])
