@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 
@@ -75,14 +76,20 @@ def test_a_gputop_folder_where_gputop_is_started_cannot_shadow_the_standins(spaw
     assert len(line.split()) == 3, holder.stderr.read() if holder.poll() is not None else line
 
 
-def test_a_standin_that_fails_is_said_in_one_line(tmp_path):
-    """The demo's trainer cannot import torch (a broken install here): one line names the GPU,
-    the stand-in and the error; the monitor goes on."""
+def broken_torch(tmp_path) -> str:
+    """A folder whose torch.py fails to import (a broken install): first on PYTHONPATH, the
+    demo's trainer cannot start."""
     broken = tmp_path / "site"
     broken.mkdir()
     (broken / "torch.py").write_text("raise ImportError('torch is broken here')\n")
+    return str(broken)
+
+
+def test_a_standin_that_fails_is_said_in_one_line(tmp_path):
+    """The demo's trainer cannot import torch: one line names the GPU, the stand-in and the
+    error; `watch` goes on."""
     env = cli_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(broken), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([broken_torch(tmp_path), env["PYTHONPATH"]])
     done = subprocess.run([sys.executable, "-m", "gputop", "--demo", "input-starved", "watch",
                            "--duration", "6", "--no-where"], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=SLOW)
@@ -90,3 +97,33 @@ def test_a_standin_that_fails_is_said_in_one_line(tmp_path):
     failed = [line for line in done.stderr.splitlines() if "stand-in" in line]
     assert failed == ["gputop: warning: demo: the stand-in of GPU 0 (python -m gputop.demo.train)"
                       " exited with status 1: ImportError: torch is broken here"], done.stderr
+
+
+def test_in_the_monitor_a_standin_that_fails_is_a_notification(tmp_path, monkeypatch):
+    """The same in the live monitor, started as `gputop top` starts it (sampling begins before
+    the app exists, so the line waits for the app)."""
+    import asyncio
+
+    from gputop.tui.app import GputopApp
+    from gputop.tui.early_start import EarlySampler
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [broken_torch(tmp_path), os.environ.get("PYTHONPATH", "")]))
+
+    def told(app) -> list[str]:
+        return [n.message for n in app._notifications if "stand-in" in n.message]
+
+    async def run() -> list[str]:
+        early = EarlySampler("input-starved", None, 0).start()
+        app = GputopApp(demo="input-starved", early=early)
+        try:
+            async with app.run_test(size=(120, 40)) as pilot:
+                deadline = time.monotonic() + SLOW
+                while not told(app) and time.monotonic() < deadline:
+                    await pilot.pause(0.1)
+                return told(app)
+        finally:
+            early.stop()
+
+    assert asyncio.run(run()) == ["demo: the stand-in of GPU 0 (python -m gputop.demo.train) "
+                                  "exited with status 1: ImportError: torch is broken here"]
