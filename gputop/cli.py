@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import sys
+import textwrap
 
 from gputop import __version__
 from gputop.errors import UsageError
@@ -53,6 +55,32 @@ def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None
     add_fleet_options(parser, suppress)  # --hosts and the like: many nodes over ssh
 
 
+def _command_globals() -> tuple[argparse.ArgumentParser, str]:
+    """The global options as every command's parent (accepted after the command too), and
+    the one paragraph that names them in the command's --help: their help is `gputop --help`'s,
+    so a command's own options are not lost among ten of them."""
+    common = argparse.ArgumentParser(add_help=False)
+    _add_global_options(common, suppress=True)
+    for action in common._actions:
+        action.help = argparse.SUPPRESS  # out of the command's usage line and options
+    names = [action.option_strings[-1] for action in common._actions]
+    return common, (f"{', '.join(names[:-1])} and {names[-1]} go before the command (or "
+                    "after it); `gputop --help` says what they do.")
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: its --help ends with the global options, named once."""
+
+    globals_note = ""
+
+    def format_help(self) -> str:
+        # As wide as argparse's own text; never split inside an option's name (--ssh-option).
+        width = max(40, shutil.get_terminal_size().columns - 2)
+        note = textwrap.fill(self.globals_note, width, initial_indent="  ",
+                             subsequent_indent="  ", break_on_hyphens=False)
+        return super().format_help().rstrip("\n") + f"\n\nglobal options:\n{note}\n"
+
+
 class _NeedsEveryCommand(Exception):
     """The parser made for the live monitor alone met something it does not know."""
 
@@ -60,6 +88,10 @@ class _NeedsEveryCommand(Exception):
 class _MonitorOnlyParser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise _NeedsEveryCommand(message)
+
+
+class _MonitorOnlyCommandParser(_CommandParser, _MonitorOnlyParser):
+    pass
 
 
 def _monitor_only(argv: list[str]) -> bool:
@@ -70,7 +102,8 @@ def _monitor_only(argv: list[str]) -> bool:
 
 
 def build_parser(commands: tuple[str, ...] = COMMANDS,
-                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+                 command_class: type[_CommandParser] = _CommandParser
                  ) -> argparse.ArgumentParser:
     parser = parser_class(
         prog="gputop",
@@ -82,9 +115,8 @@ def build_parser(commands: tuple[str, ...] = COMMANDS,
     )
     parser.add_argument("--version", action="version", version=f"gputop {__version__}")
     _add_global_options(parser, suppress=False)
-    common = argparse.ArgumentParser(add_help=False)
-    _add_global_options(common, suppress=True)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common, command_class.globals_note = _command_globals()
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=command_class)
     for name in commands:
         module = importlib.import_module(f"gputop.commands.{name}")
         module.register(sub, common)
@@ -134,7 +166,7 @@ def _check_gpus_exist(args: argparse.Namespace) -> None:
 
 def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     if _monitor_only(argv):
-        parser = build_parser(("top",), _MonitorOnlyParser)
+        parser = build_parser(("top",), _MonitorOnlyParser, _MonitorOnlyCommandParser)
         try:
             return parser, parser.parse_args(argv)
         except _NeedsEveryCommand:

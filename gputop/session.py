@@ -7,8 +7,9 @@ simulated driver their real pids; the rest of gputop cannot tell the difference.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
@@ -33,6 +34,10 @@ def _agent_probe() -> AgentProbe:
     return probe
 
 
+def warn_on_stderr(line: str) -> None:
+    print(f"gputop: warning: {line}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def open_sampler(
     demo: str | None = None,
@@ -42,6 +47,8 @@ def open_sampler(
     clock=None,
     wait_for_workers: float = 1.5,
     host: HostCollector | None = None,
+    trainer: bool = True,
+    on_standin_failure: Callable[[str], None] | None = warn_on_stderr,
 ) -> Iterator[Sampler]:
     """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too.
 
@@ -49,7 +56,8 @@ def open_sampler(
     workers (a fraction of a second; the torch demo takes longer to import torch, and a running
     monitor shows its workers as they appear, so it should not wait for that); the driver is
     opened meanwhile. ``host``: a HostCollector made earlier (its CPU counters were primed
-    then)."""
+    then). ``trainer``: start the demo's real torch trainer (see demo/standins.py);
+    ``on_standin_failure``: told in one line when a stand-in of the demo ends on its own."""
     probe = _agent_probe() if agents else None
     if demo is None:
         sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe)
@@ -70,7 +78,7 @@ def open_sampler(
     sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock,
                                                 pcie_sample_s=simnvml.PCIE_SAMPLE_S))
     try:
-        with StandIns(scenario, sim.origin) as standins:
+        with StandIns(scenario, trainer, on_standin_failure, sim.origin) as standins:
             started = standins.start(skip=attached)
             for index, pids in {**started, **attached}.items():
                 sim.set_processes(index, pids)

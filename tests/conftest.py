@@ -33,6 +33,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TRACES = SHARED / "traces"
+# Small real traces the tests ship (tests/scripts/make_test_traces.py made them): the tests of
+# gputop's own screens read these, so they run on a fresh clone without ../shared.
+DATA = REPO / "tests" / "data"
+DEMO_TRACE = DATA / "demo_input_starved.pt.trace.json.gz"
 
 # Time allowed for anything that starts a Python process importing torch or Textual, or waits
 # on one: generous, so that a machine busy with other work still passes.

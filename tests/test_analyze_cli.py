@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import TRACES, run_cli
+from tests.conftest import DATA, DEMO_TRACE, TRACES, run_cli
 
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
 NW0 = TRACES / "resnet50_nw0.pt.trace.json.gz"
@@ -27,6 +27,26 @@ def test_help_documents_json_lines():
     proc = run_cli("analyze", "--help")
     assert proc.returncode == 0
     assert "JSON Lines" in proc.stdout and "TRACE" in proc.stdout
+    # Its own options first; the global ones once, under one heading at the end.
+    usage = proc.stdout.split("\n\n", 1)[0]
+    assert "--json" in usage and "--demo" not in usage
+    head, globals_ = proc.stdout.rsplit("\nglobal options:\n", 1)
+    assert "--max-events N" in head and "--demo" not in head and "--hosts" not in head
+    assert "--demo" in globals_ and "--remote-gputop" in globals_ and "gputop --help" in globals_
+
+
+def test_every_commands_help_names_the_global_options_once_at_the_end():
+    import argparse
+
+    from gputop.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in COMMANDS:
+        text = sub.choices[name].format_help()
+        assert text.count("--demo") == 1 and text.count("--ssh-option") == 1, name
+        assert text.rstrip().endswith("`gputop --help` says what they do."), name
+    assert "sampling interval in seconds" in parser.format_help()  # their help: here
 
 
 @needs_traces
@@ -79,7 +99,11 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
         assert_one_line_error(proc, fragment)
         assert proc.stdout == ""
     assert_one_line_error(run_cli("analyze", str(tmp_path / "missing.json")), "no such file")
-    assert_one_line_error(run_cli("analyze", str(tmp_path)), "is a directory")
+    # The folder of them: every file is tried, one line each, in name order.
+    proc = run_cli("analyze", str(tmp_path))
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [run_cli("analyze", str(tmp_path / name)).stderr.strip()
+                                        for name in sorted(cases)]
 
 
 @needs_traces
@@ -109,3 +133,41 @@ def test_chrome_array_form_and_bare_na_values_load(tmp_path):
         result = json.loads(proc.stdout)
         assert result["verdict"] == original["verdict"]
         assert result["metrics"]["steps"] == original["metrics"]["steps"]
+
+
+# -- a folder of traces (what tensorboard_trace_handler writes) --------------------------------
+# The traces tests/data ships (tests/scripts/make_test_traces.py): they run without ../shared.
+
+def test_a_folder_of_two_traces_prints_both_reports(tmp_path):
+    folder = tmp_path / "log"
+    folder.mkdir()
+    # As tensorboard_trace_handler names them; a file of another kind beside them is left out.
+    (folder / "node_1.1.pt.trace.json.gz").write_bytes(DEMO_TRACE.read_bytes())
+    (folder / "node_2.2.pt.trace.json.gz").write_bytes((DATA / "ddp2" / "rank0.pt.trace.json.gz")
+                                                       .read_bytes())
+    (folder / "notes.json").write_text("{}")
+    (folder / "run2").mkdir()
+    proc = run_cli("analyze", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    heads = [line for line in proc.stdout.splitlines() if line.startswith("gputop analyze: ")]
+    assert heads == ["gputop analyze: node_1.1.pt.trace.json.gz",
+                     "gputop analyze: node_2.2.pt.trace.json.gz"]
+    assert "Verdict: dataloader-stall" in proc.stdout and "Ranks of one job" not in proc.stdout
+    lines = run_cli("analyze", "--json", str(folder)).stdout.splitlines()
+    assert [json.loads(line)["file"] for line in lines] == [
+        str(folder / "node_1.1.pt.trace.json.gz"), str(folder / "node_2.2.pt.trace.json.gz")]
+
+
+def test_a_folder_of_the_ranks_of_one_job_gives_the_job_wide_report():
+    proc = run_cli("analyze", str(DATA / "ddp2"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "gputop analyze: rank0.pt.trace.json.gz" in out
+    assert "gputop analyze: rank1.pt.trace.json.gz" in out
+    job = out.split("Ranks of one job (2 traces", 1)[1]
+    assert "imbalance: rank 1 holds the job back (dataloader-stall)" in job
+
+
+def test_a_folder_without_traces_is_one_line(tmp_path):
+    (tmp_path / "readme.txt").write_text("no traces here")
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), "no trace in this folder")

@@ -202,7 +202,7 @@ def test_pod_container_and_slurm_job_show_in_snapshot_and_exporter(spawn, pod_cg
         except OSError:
             return None
         series = {s.labels["gpu"]: s.labels for f in families for s in f.samples
-                  if s.name == "gputop_gpu_memory_used_mib"}
+                  if s.name == "gputop_gpu_memory_used_bytes"}
         return series if series.get("0", {}).get("pod") else None
 
     series = wait_for(labelled, timeout=SLOW, interval=0.5)

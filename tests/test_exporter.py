@@ -110,6 +110,24 @@ def test_a_lost_gpu_has_only_its_lost_series_and_jobs_are_keyed_by_gpu_and_rank(
                                                     if k[0].startswith("gputop_gpu_")])
 
 
+def test_every_memory_is_in_bytes():
+    """Prometheus' base units: GPU memory in bytes, as the host's (not dcgm-exporter's MiB)."""
+    gib = 1 << 30
+    snap = Snapshot(time=1.0, host=HostSample("h", memory_used=3 * gib, memory_total=8 * gib),
+                    driver=DriverInfo(True, "570", "12.8"),
+                    gpus=(GpuSample(0, uuid="GPU-a", name="A100", mem_used=20 * gib,
+                                    mem_total=80 * gib, mem_reserved=gib // 2),))
+    samples = {s.name: s.value for f in all_families(snap, FindingClock(), "1.0")
+               for s in f.samples}
+    memory = {name: v for name, v in samples.items() if "memory" in name and "utilization"
+              not in name and "clock" not in name}
+    assert memory == {"gputop_gpu_memory_used_bytes": 20 * gib,
+                      "gputop_gpu_memory_free_bytes": 59.5 * gib,
+                      "gputop_gpu_memory_total_bytes": 80 * gib,
+                      "gputop_host_memory_used_bytes": 3 * gib,
+                      "gputop_host_memory_total_bytes": 8 * gib}
+
+
 def test_bad_options_are_one_line_errors(tmp_path):
     cases = [
         (["exporter", "--listen", "nope:port"], 2, "--listen"),

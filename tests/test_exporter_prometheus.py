@@ -173,7 +173,7 @@ def test_gpu_series_and_dataloader_stall_reach_prometheus(stack):
     labels = series[0]["metric"]
     assert labels["gpu"] == "0" and labels["modelName"] == "NVIDIA A100-SXM4-80GB"
     assert labels["UUID"].startswith("GPU-")
-    for name in ("gputop_gpu_memory_used_mib", "gputop_gpu_power_usage_watts",
+    for name in ("gputop_gpu_memory_used_bytes", "gputop_gpu_power_usage_watts",
                  "gputop_gpu_temperature_celsius", "gputop_host_cpu_utilization_percent"):
         assert prom.query(f'{name}{{job="gputop"}}'), name
 

@@ -121,13 +121,13 @@ def test_exporter_labels_each_instance_with_gpu_i_id_and_profile(spawn):
         except OSError:
             return None
         samples = [s for f in families for s in f.samples]
-        mem = [s for s in samples if s.name == "gputop_gpu_memory_used_mib"
+        mem = [s for s in samples if s.name == "gputop_gpu_memory_used_bytes"
                and s.labels["GPU_I_ID"]]
         return samples if len(mem) == 7 else None
 
     samples = wait_for(instances, timeout=SLOW, interval=0.5)
     mem = {s.labels["GPU_I_ID"]: s for s in samples
-           if s.name == "gputop_gpu_memory_used_mib" and s.labels["GPU_I_ID"]}
+           if s.name == "gputop_gpu_memory_used_bytes" and s.labels["GPU_I_ID"]}
     assert set(mem) == {str(gi) for gi in range(7, 14)}
     for s in mem.values():
         assert s.labels["GPU_I_PROFILE"] == "1g.10gb" and s.labels["gpu"] == "0"

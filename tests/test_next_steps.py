@@ -17,7 +17,7 @@ import pytest
 
 from gputop.cli import build_parser
 from gputop.diagnostics.next_steps import APP, check_command
-from tests.conftest import REPO, SLOW, cli_env, end_popen, run_cli, wait_for
+from tests.conftest import DATA, DEMO_TRACE, REPO, SLOW, cli_env, end_popen, run_cli, wait_for
 from tests.scripts.agent_testkit import private_runtime_dir
 
 
@@ -92,3 +92,22 @@ def test_the_capture_a_live_finding_suggests_runs_as_printed(tmp_path, monkeypat
     finally:
         end_popen(watch)
         reader.join(SLOW)
+
+
+def test_a_cpu_only_trace_suggests_no_gpu_profiler():
+    """The traces tests/data ships are real CPU runs: Nsight Systems, Nsight Compute and
+    rocprofv3 would have no GPU to trace. Their next steps are py-spy's (with native frames
+    where a GPU profiler would stand) and gputop's, valid as printed."""
+    from gputop.diagnostics.trace import analyze_trace, compare_job
+
+    ranks = [analyze_trace(p) for p in sorted((DATA / "ddp2").iterdir())]
+    compare_job(ranks)  # the ranks of one job: the cross-rank findings join theirs
+    analyses = [analyze_trace(DEMO_TRACE), *ranks]
+    steps = {f.id: f.next_step for a in analyses for f in a.findings}
+    assert {"launch-bound", "communication", "dataloader-stall"} <= set(steps), steps
+    for fid, step in steps.items():
+        assert not {"nsys", "ncu", "rocprofv3"} & set(shlex.split(step)), (fid, step)
+        assert check_command(step) == [], (fid, step)
+        if step.startswith("gputop"):
+            parses(step)
+    assert steps["launch-bound"].startswith("py-spy record") and "--native" in steps["launch-bound"]

@@ -37,6 +37,11 @@ def test_demo_recording_report_json_and_html(tmp_path):
     assert "sw_power_cap" in text  # time throttled, and why
     page = (tmp_path / "r.html").read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "<script" not in page
+    # `--html` alone: the page is named after the recording, beside it, and said where.
+    again = run_cli("report", str(out), "--html")
+    assert again.returncode == 0, again.stderr
+    assert f"HTML report written to {tmp_path / 'run.parquet.html'}" in again.stderr
+    assert (tmp_path / "run.parquet.html").read_text() == page
 
     data = json.loads(run_cli("report", str(out), "--json").stdout)
     gpus = {g["gpu"]: g for g in data["gpus"]}

@@ -35,19 +35,18 @@ def test_report_takes_the_gpu_job_not_a_cpu_job_with_an_agent(tmp_path, cpu_job_
     gpu0 = [p for p in summary["processes"] if p["pid"] == job["pid"]][0]
     assert metrics["throughput_steps_per_s"] == gpu0["throughput_steps_per_s"]
     assert metrics["dataloader_wait_share"] > 0.5  # the starved job, not the CPU job's 0 %
-    # Both jobs are reported, each named; the CPU job comes after the GPU job.
-    pids = [j["pid"] for j in summary["jobs"]]
-    assert pids[0] == job["pid"] and cpu_job_with_agent.pid in pids
-    cpu = summary["jobs"][pids.index(cpu_job_with_agent.pid)]
-    assert cpu["gpus"] == [] and "steady_train.py" in cpu["command"]
-    assert cpu["throughput_steps_per_s"] > metrics["throughput_steps_per_s"]
+    # The CPU job on the same host is not the recording's business: it is neither a job of
+    # the report nor a row of its table.
+    assert [j["pid"] for j in summary["jobs"]] == [job["pid"]]
+    assert cpu_job_with_agent.pid not in [p["pid"] for p in summary["processes"]]
+    assert all(p["gpus"] for p in summary["processes"])
 
     # The metrics file is named after the recording, beside it, and says which job it measured.
     written = json.loads((tmp_path / "r.metrics.json").read_text())
     assert written["job"]["pid"] == job["pid"]
     text = run_cli("report", str(first))
     assert f"training job: pid {job['pid']} on GPU 0" in text.stdout
-    assert f"other job: pid {cpu_job_with_agent.pid} on no GPU" in text.stdout
+    assert str(cpu_job_with_agent.pid) not in text.stdout and "steady_train" not in text.stdout
     metrics_line = [ln for ln in text.stdout.splitlines() if ln.startswith("metrics: ")][0]
     assert "peak GPU memory" in metrics_line and "steps/s" in metrics_line
     assert not re.search(r"\d\.\d{4,}|e\+\d", metrics_line)  # units, not raw floats
@@ -55,13 +54,31 @@ def test_report_takes_the_gpu_job_not_a_cpu_job_with_an_agent(tmp_path, cpu_job_
     # A second recording in the same folder leaves the first one's metrics alone.
     before = (tmp_path / "r.metrics.json").read_bytes()
     second = tmp_path / "r2"
-    assert run_cli("--demo", "healthy", "record", "-o", str(second), "--duration", "3",
+    assert run_cli("--demo", "no-driver", "record", "-o", str(second), "--duration", "3",
                    "--flush-every", "1").returncode == 0
     assert run_cli("report", str(second), "--json").returncode == 0
     assert (tmp_path / "r.metrics.json").read_bytes() == before
-    # Only the CPU job has steps there, so it is that recording's job.
+    # No GPU recorded (no driver): the job with an agent on the host is the recording's job.
     assert json.loads((tmp_path / "r2.metrics.json").read_text())["job"]["pid"] == \
         cpu_job_with_agent.pid
+
+
+def test_a_tour_recording_never_names_an_unrelated_cpu_process(tmp_path, cpu_job_with_agent):
+    """The tour's GPUs run stand-ins without an agent: no job reported steps there. A CPU-only
+    python process with an agent runs beside it: the report names no job (the energy is not
+    divided by that process's steps) and lists no row of it."""
+    rec = tmp_path / "tour"
+    done = run_cli("--demo", "tour", "record", "-o", str(rec), "--duration", "4",
+                   "--flush-every", "1")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(run_cli("report", str(rec), "--json").stdout)
+    assert summary["metrics"]["job"] is None and summary["jobs"] == []
+    assert summary["metrics"]["energy_per_step_j"] is None
+    assert summary["metrics"]["energy_j"] > 0  # the GPUs are there
+    assert summary["processes"] and all(p["gpus"] for p in summary["processes"])
+    text = run_cli("report", str(rec)).stdout
+    assert "training job: none reported steps" in text
+    assert str(cpu_job_with_agent.pid) not in text and "steady_train" not in text
 
 
 @pytest.fixture(scope="module")

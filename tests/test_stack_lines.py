@@ -55,6 +55,24 @@ def test_a_capture_names_the_source_line_of_the_dataloader(job):
     assert section.index("__getitem__") < section.index("\ntrace: ")
 
 
+def test_with_dataloader_workers_the_line_is_the_users_loop_not_selectors(tmp_path):
+    """The training process waits for its workers' batches in the standard library (selectors,
+    multiprocessing) under torch's DataLoader: the line named is the user's, which asked."""
+    with private_agent_world(tmp_path / "captures") as (env, _):
+        proc = gputop_run(train_cmd("--steps", "0", "--item-ms", "4", "--cpu-transform",
+                                    "--workers", "2"), env)
+        with running(proc):
+            wait_for_steps(proc.pid, steps=2)
+            done = run_cli("capture", str(proc.pid), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    costs = json.loads(done.stdout)["source_lines"]
+    assert costs and costs[0]["cost"] == "DataLoader", costs
+    top = costs[0]["lines"][0]
+    # main was running when the profiler started: torch names it by the line it was on then.
+    assert re.fullmatch(r"slow_loader_train\.py\(\d+\): main", top["frame"]), costs
+    assert top["share"] > 0.5
+
+
 def test_no_with_stack_records_none(job):
     proc, env = job
     done = run_cli("capture", str(proc.pid), "--json", "--no-with-stack", env=env)
@@ -90,6 +108,32 @@ def test_self_time_inside_the_dataloader_spans(tmp_path):
     text = format_source_lines(top_source_lines(trace))
     assert text.splitlines()[1] == "  DataLoader (0.5 ms):"
     assert "80.0 %" in text.splitlines()[2] and "ds.py(48): __getitem__" in text
+
+
+def waiting_for_workers(tid: int) -> list[tuple]:
+    """A step of thread ``tid`` that waits 800 us for a batch of the DataLoader's workers."""
+    return [("cpu_op", "ProfilerStep#1", 0, 1000, tid),
+            ("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+             100, 800, tid)]
+
+
+def test_standard_library_and_torch_frames_count_to_the_users_frame_that_called_them(tmp_path):
+    trace = write_trace(tmp_path / "t.json", [
+        *waiting_for_workers(1),
+        ("python_function", "train.py(40): main", 0, 1000, 1),
+        ("python_function", "torch/utils/data/dataloader.py(620): __next__", 100, 800, 1),
+        ("python_function", "multiprocessing/queues.py(113): get", 150, 700, 1),
+        ("python_function", "selectors.py(402): select", 200, 600, 1),
+        ("python_function", "ds.py(48): __getitem__", 850, 40, 1),  # the user's, in torch
+        # On another thread, no frame of the user's: the innermost library frame is kept.
+        *waiting_for_workers(2),
+        ("python_function", "threading.py(1000): run", 0, 1000, 2),
+        ("python_function", "selectors.py(402): select", 100, 800, 2),
+    ])
+    (dataloader, *_) = top_source_lines(trace)
+    lines = {line.frame: line.self_ms for line in dataloader.lines}
+    assert lines == {"train.py(40): main": 0.76, "selectors.py(402): select": 0.8,
+                     "ds.py(48): __getitem__": 0.04}
 
 
 def test_without_python_events_or_readable_trace_there_are_none(tmp_path):

@@ -18,13 +18,12 @@ from gputop.tui.rows import build_rows
 from gputop.tui.severity import SEVERITY_MARK
 from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
 from gputop.tui.widgets.findings import findings_text
-from tests.conftest import SLOW, TRACES
+from tests.conftest import DEMO_TRACE, SLOW
 from tests.tui_data import scenario_snapshots, screen_text
 
 pytestmark = pytest.mark.timeout(2 * SLOW)
 
 STARVED = scenario_snapshots("input-starved", 40)
-NW0 = TRACES / "resnet50_nw0.pt.trace.json.gz"
 
 
 def run_async(test):
@@ -150,26 +149,31 @@ async def test_findings_panel_wraps_long_evidence_at_word_boundaries():
 
 @run_async
 async def test_diagnosis_screen_shows_the_report_trace_and_how_to_open_it():
-    analysis = analyze_trace(NW0)
+    analysis = analyze_trace(DEMO_TRACE)
+    # Where a capture would save it (the checkout's own path could be too long for one line).
+    trace = "/home/alice/captures/node-07_4100.1767261690000.pt.trace.json.gz"
     app = GputopApp(snapshots=STARVED)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.frames_rendered > 0)
-        app.show_diagnosis(4100, analysis, str(NW0))
+        app.show_diagnosis(4100, analysis, trace)
         await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen))
         await pilot.pause()
         text = screen_text(app)
         assert "diagnosis of pid 4100: dataloader-stall" in text
         assert "Where the step time went" in text and "Fix:" in text
-        assert f"trace: {NW0}" in text
-        assert "https://ui.perfetto.dev" in text and f"tensorboard --logdir {NW0.parent}" in text
-        # Top ops and kernels are further down: the report scrolls.
+        assert f"trace: {trace}" in text
+        assert "https://ui.perfetto.dev" in text
+        assert "tensorboard --logdir /home/alice/captures" in text
+        # The top operators and what was assessed are further down: the report scrolls.
+        assert "Not assessed" not in text
         await pilot.press("end")
         await pilot.pause()
-        assert "Top kernels (GPU time)" in screen_text(app)
+        assert "Top CPU ops (self time)" in screen_text(app)
+        assert "Not assessed" in screen_text(app)
         await pilot.press("q")  # closes the screen; it does not quit the monitor
         await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen))
         assert app.is_running
-        app.show_diagnosis(4100, analysis, str(NW0))
+        app.show_diagnosis(4100, analysis, trace)
         await until(pilot, lambda: isinstance(app.screen, DiagnosisScreen))
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, DiagnosisScreen))

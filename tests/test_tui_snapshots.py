@@ -76,9 +76,10 @@ def test_input_starved_findings_120x40(snap_compare):
 
 def test_diagnosis_screen_120x40(snap_compare):
     from gputop.diagnostics.trace import analyze_trace
-    from tests.conftest import TRACES
+    from tests.conftest import DEMO_TRACE
 
-    analysis = analyze_trace(TRACES / "resnet50_nw0.pt.trace.json.gz")
+    # A real capture of the demo's trainer, shipped with the tests (runs without ../shared).
+    analysis = analyze_trace(DEMO_TRACE)
     # The path as a capture would name it (the real file's location differs per machine).
     trace = "/home/alice/.local/state/gputop/captures/node-07_4100.1767261690000.pt.trace.json.gz"
 

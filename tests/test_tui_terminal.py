@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -252,3 +253,60 @@ def test_without_a_terminal_it_says_so_in_one_line():
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "needs a terminal" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def installed_gputop() -> str:
+    """The `gputop` command that the README's install made for this checkout (pip install -e);
+    skips when the tests run without it (from PYTHONPATH alone)."""
+    script = Path(sys.executable).with_name("gputop")
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", "import gputop; print(gputop.__file__)"],
+                           env=env, cwd="/", capture_output=True, text=True, timeout=SLOW)
+    if not script.exists() or not found.stdout.strip().startswith(str(REPO)):
+        pytest.skip("needs this checkout installed with `pip install -e .` (the README's install)")
+    return str(script)
+
+
+def test_the_demo_started_beside_its_checkout_trains_and_p_diagnoses(terminal, tmp_path,
+                                                                     monkeypatch):
+    """Acceptance: cd to the folder that holds the checkout (so it holds a `gputop/` folder),
+    then `gputop --demo input-starved`: the trainer runs and `p` gives the diagnosis."""
+    pytest.importorskip("torch")
+    from tests.scripts.agent_testkit import private_runtime_dir, wait_for_steps
+
+    script = installed_gputop()
+    holder = tmp_path / "src"
+    (holder / "gputop" / "gputop").mkdir(parents=True)  # a clone named gputop/ lies here
+    runtime = private_runtime_dir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    captures = tmp_path / "captures"
+    term = terminal(120, 40, XDG_RUNTIME_DIR=str(runtime), GPUTOP_CAPTURE_DIR=str(captures))
+    term.type(f"cd {holder} && unset PYTHONPATH && PS1='$ '")
+    term.type(f"{script} --demo input-starved; echo exit=$?")
+    proc = wait_for(term.gputop, timeout=SLOW)
+
+    def trainer() -> psutil.Process | None:
+        for p in proc.children():  # its DataLoader workers have the same command line
+            try:
+                if "gputop.demo.train" in p.cmdline():
+                    return p
+            except psutil.Error:
+                pass
+        return None
+
+    pid = wait_for(trainer, timeout=SLOW).pid
+    wait_for_steps(pid, steps=1, timeout=2 * SLOW)  # torch imported, training
+    # The cursor starts on GPU 0's process, the trainer, once the table shows it.
+    wait_for(lambda: re.search(rf"^ › +0 +{pid} .*gputop\.demo\.train", term.capture(), re.M),
+             timeout=SLOW, interval=0.2)
+    assert "not visible" not in term.capture()
+    term.keys("p")
+    wait_for(lambda: f"diagnosis of pid {pid}: dataloader-stall" in term.capture(),
+             timeout=2 * SLOW, interval=0.2)
+    assert any(captures.glob("*.pt.trace.json.gz"))
+    term.keys("Escape")
+    wait_for(lambda: "diagnosis of pid" not in term.capture(), timeout=SLOW)
+    term.keys("q")
+    proc.wait(timeout=SLOW)
+    wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW)
+    shutil.rmtree(runtime, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""`gputop analyze TRACE [TRACE ...] [--json]`: diagnose torch.profiler Chrome traces.
+"""`gputop analyze TRACE|DIR [...] [--json]`: diagnose torch.profiler Chrome traces.
 
 Where the step time went, the likely cause, the fix, and the next command to run. Several
 traces of one job (one per rank) are also compared for a straggler.
@@ -7,6 +7,7 @@ traces of one job (one per rank) are also compared for a straggler.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 
@@ -32,7 +33,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             "Exit status 2 if any trace could not be read (the others are still reported)."
         ),
     )
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace file (.json or .json.gz)")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="trace file (.json or .json.gz), or a folder of them, such as the one "
+                   "tensorboard_trace_handler writes (every trace in it is analysed)")
     p.add_argument(
         "--json",
         action="store_true",
@@ -46,6 +49,39 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--allow-special-files", action="store_true",
                    help="also read a FIFO or device, e.g. <(zcat trace.json.gz); refused by "
                    "default, since reading one may never end")
+
+
+def traces_in(folder: str) -> list[str]:
+    """The traces in ``folder``, by name: tensorboard_trace_handler's ``*.pt.trace.json[.gz]``
+    when there are any, else every ``*.json[.gz]`` (export_chrome_trace files). Not recursive:
+    a folder of runs is named one run at a time, as `tensorboard --logdir` shows them apart."""
+    try:
+        names = sorted(e.name for e in os.scandir(folder)
+                       if not e.name.startswith(".") and e.is_file())
+    except OSError as exc:
+        raise UsageError(f"{folder}: cannot list the folder: {exc.strerror or exc}",
+                         exit_code=2) from None
+    for suffixes in ((".pt.trace.json", ".pt.trace.json.gz"), (".json", ".json.gz")):
+        found = [os.path.join(folder, n) for n in names if n.endswith(suffixes)]
+        if found:
+            return found
+    return []
+
+
+def _expand(paths: list[str]) -> tuple[list[str], list[str]]:
+    """Each folder replaced by the traces in it; and a one-line error for each folder with
+    none."""
+    files: list[str] = []
+    errors: list[str] = []
+    for path in paths:
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        found = traces_in(path)
+        if not found:
+            errors.append(f"{path}: no trace in this folder (*.json, *.json.gz)")
+        files += found
+    return files, errors
 
 
 def _one_line(text: str) -> str:
@@ -67,9 +103,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-trace-mb and --max-events must be positive")
     limits = LoadLimits(max_bytes=int(args.max_trace_mb * 1e6), max_events=args.max_events,
                         allow_special=args.allow_special_files)
+    traces, errors = _expand(args.traces)
+    for error in errors:
+        print(f"gputop: error: {_one_line(error)}", file=sys.stderr)
     analyses = []
-    failed = False
-    for path in args.traces:
+    failed = bool(errors)
+    for path in traces:
         try:
             analyses.append(analyze_trace(path, limits))
         except TraceError as exc:

@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("recording", metavar="PATH", help="a recording made by `gputop record`")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    p.add_argument("--html", metavar="FILE", nargs="?", const="",
+                   help="also write a self-contained HTML page (default FILE: PATH.html beside "
+                   "the recording)")
     p.add_argument("--metrics", metavar="FILE",
                    help="where to write the metrics (default: PATH.metrics.json beside PATH)")
     p.add_argument("--baseline", metavar="OTHER", help="a recording or metrics.json to compare with")
@@ -70,13 +72,18 @@ def run(args: argparse.Namespace) -> int:
     # Beside the recording and named after it, not in it: pandas.read_parquet(PATH) must see
     # only Parquet, and two recordings in one folder keep their own metrics.
     metrics_path = Path(args.metrics) if args.metrics else default_metrics_path(path)
+    html_path = None
+    if args.html is not None:  # `--html` alone: named after the recording, beside it
+        beside = path.resolve()
+        html_path = Path(args.html) if args.html else beside.parent / f"{beside.name}.html"
     for target, data in ((metrics_path, json.dumps(summary["metrics"], indent=1)),
-                         (Path(args.html) if args.html else None,
-                          format_html(summary, rec) if args.html else None)):
+                         (html_path, format_html(summary, rec) if html_path else None)):
         if target is None:
             continue
         try:
             atomic_write_bytes(target, data.encode())
+            if target == html_path:
+                print(f"gputop: HTML report written to {target}", file=sys.stderr)
         except OSError as exc:
             hint = "" if args.metrics or target != metrics_path else "; choose another with --metrics FILE"
             print(f"gputop: cannot write {target}: {exc.strerror or exc}{hint}", file=sys.stderr)

@@ -44,8 +44,10 @@ def take_snapshot(args: argparse.Namespace) -> Snapshot:
     measure = max(0.0, min(float(getattr(args, "measure", 0.0) or 0.0), 60.0))
     started = time.monotonic()
     host = HostCollector(lifetime_first=not measure)  # primes the host's counters now
+    # A demo's one-shot snapshot starts the plain stand-ins, not the torch trainer: it would
+    # take seconds to import torch, and its agent would have no step to report yet.
     with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0,
-                      host=host) as sampler:
+                      host=host, trainer=False) as sampler:
         if measure:
             sampler.sample()  # the processes' counters start here
             time.sleep(measure)

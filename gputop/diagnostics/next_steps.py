@@ -10,6 +10,8 @@ Facts that shape them:
 - Nsight Systems and Nsight Compute cannot attach to a running process: the job is launched
   under them (``nsys profile [options] <app> [args]``). gputop itself can (``gputop capture``
   through the agent), and so can py-spy (``py-spy dump --pid``).
+- A trace with no GPU in it (a CPU-only run) gets no GPU profiler: ``host_profile`` (py-spy
+  with native frames) stands where ``nsys``/``rocprofv3`` would.
 - ``nsys --sample`` takes ``process-tree|system-wide|none`` (the old ``cpu`` is no longer
   documented); ``--cudabacktrace`` and ``--python-backtrace=cuda`` need CPU sampling, and
   ``--python-backtrace=cuda`` needs ``--cudabacktrace``.
@@ -137,11 +139,19 @@ def pyspy_dump(pid: int, native: bool = False) -> str:
 
 
 def pyspy_record(pid: int | None, out: str, seconds: int = 10, app: str = APP,
-                 idle: bool = True, subprocesses: bool = True) -> str:
-    flags = (" --idle" if idle else "") + (" --subprocesses" if subprocesses else "")
+                 idle: bool = True, subprocesses: bool = True, native: bool = False) -> str:
+    flags = ((" --idle" if idle else "") + (" --subprocesses" if subprocesses else "")
+             + (" --native" if native else ""))
     target = f"--pid {pid} --duration {seconds}" if pid else ""
     cmd = f"py-spy record{flags} {target} --output {out}".replace("  ", " ")
     return cmd if pid else f"{cmd} -- {app}"
+
+
+def host_profile(tag: str, app: str = APP, pid: int | None = None) -> str:
+    """The profiler for a trace with no GPU in it (a CPU-only run): Nsight Systems and
+    rocprofv3 would have no GPU to trace, so py-spy with native frames, which shows the
+    operators' C++ time under the Python line that called them (it attaches to a live pid)."""
+    return pyspy_record(pid, f"{tag}.svg", app=app, native=True)
 
 
 def gputop_capture(pid: int | None, steps: int = 3, job: bool = False) -> str:

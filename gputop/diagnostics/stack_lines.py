@@ -7,7 +7,11 @@ such as ``.item()``, the optimizer step; else the whole step), the Python frames
 the most *self* time inside those spans, on the same thread: ``train.py(48): decode_sample``.
 A frame's self time is its time minus that of the Python frames it called; calls into C
 (``<built-in method ...>``) count as the caller's, so the line that called an expensive
-builtin or operator is the one named.
+builtin or operator is the one named. So do frames of the Python standard library and of torch
+when a frame of the user's code called them: a training loop that waits for DataLoader
+workers spends its time in ``selectors.py``, under torch's DataLoader, and the line to name
+is the user's loop (``train.py(40): main``) that asked for the batch; a stack with no frame of
+the user's keeps its innermost frame.
 
 Independent of the trace metrics: only the public loader (``trace_load.load_trace``) is used,
 with the same limits, and any shape it did not foresee yields no lines rather than an error.
@@ -15,7 +19,10 @@ with the same limits, and any shape it did not foresee yields no lines rather th
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import sysconfig
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +36,25 @@ _WRAPPERS = re.compile(r"^<built-in|^torch/profiler/|^torch/autograd/profiler|"
                        r"(^|/)gputop/agent/|^<frozen ")
 
 Ranges = list[tuple[float, float]]
+_STDLIB = sysconfig.get_paths()["stdlib"]
+_FILE = re.compile(r"^(.+)\(\d+\): ")  # "selectors.py(402): select" -> selectors.py
+
+
+@functools.lru_cache(maxsize=4096)
+def _library(frame: str) -> bool:
+    """Whether ``frame`` runs code of the standard library or of torch, not the user's. The
+    profiler names files relative to the sys.path entry they were found under (torch/...,
+    multiprocessing/connection.py); a relative name is the standard library's when that file
+    is in this Python's."""
+    found = _FILE.match(frame)
+    if found is None:
+        return False
+    file = found.group(1)
+    if file.startswith("torch/") or "/site-packages/torch/" in file:
+        return True
+    if os.path.isabs(file):
+        return file.startswith(_STDLIB + os.sep) and "-packages" not in file
+    return os.path.isfile(os.path.join(_STDLIB, file))
 
 
 @dataclass(frozen=True)
@@ -89,11 +115,11 @@ def _intersect(a: Ranges, b: Ranges) -> Ranges:
 
 
 def _self_segments(events: list) -> list[tuple[float, float, str]]:
-    """(start, end, frame) pieces of time in which ``frame`` was the innermost frame; events
-    of one thread. A child that outlives its parent (a broken writer) is cut at the parent's
-    end."""
+    """(start, end, frame) pieces of time in which ``frame`` was the innermost frame (of the
+    user's code, see ``_library``); events of one thread. A child that outlives its parent
+    (a broken writer) is cut at the parent's end."""
     segments: list[tuple[float, float, str]] = []
-    stack: list[tuple[float, str]] = []  # (end, name)
+    stack: list[tuple[float, str]] = []  # (end, the frame its time counts to)
     cursor = 0.0
     for ev in sorted(events, key=lambda e: (e.ts, -e.dur)):
         start, end = ev.ts, ev.ts + ev.dur
@@ -102,12 +128,15 @@ def _self_segments(events: list) -> list[tuple[float, float, str]]:
             if top_end > cursor:
                 segments.append((cursor, top_end, name))
             cursor = max(cursor, top_end)
+        owner = ev.name
         if stack:
             if start > cursor:
                 segments.append((cursor, start, stack[-1][1]))
             end = min(end, stack[-1][0])
+            if _library(ev.name) and not _library(stack[-1][1]):
+                owner = stack[-1][1]  # the user's frame that called into the library
         cursor = max(cursor, start)
-        stack.append((end, ev.name))
+        stack.append((end, owner))
     while stack:
         top_end, name = stack.pop()
         if top_end > cursor:

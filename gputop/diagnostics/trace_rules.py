@@ -112,7 +112,10 @@ def _app(m: TraceMetrics) -> str:
 
 
 def _profile(m: TraceMetrics, tag: str, nvidia: str) -> str:
-    """The vendor's profiler: ``nvidia`` on NVIDIA, rocprofv3 on AMD."""
+    """The vendor's profiler: ``nvidia`` on NVIDIA, rocprofv3 on AMD; with no GPU in the trace
+    (a CPU-only run), the host's (``ns.host_profile``)."""
+    if not m.gpu_present and m.vendor is None:
+        return ns.host_profile(tag, _app(m), m.details.get("pid"))
     return ns.rocprof(tag, _app(m)) if _amd(m) else nvidia
 
 

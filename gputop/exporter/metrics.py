@@ -1,11 +1,13 @@
 """Prometheus metric families from one snapshot and the active findings. Pure: no I/O.
 
-Names and units follow dcgm-exporter's fields (percent for utilization, MiB for framebuffer
-memory, W, degrees C, MHz, the NVML clock-event bitmask) with the unit spelled in the name, and
-its label names for a GPU (``gpu``, ``UUID``, ``modelName``), so a dcgm-exporter dashboard
-moves over by renaming the metric; `GPU_METRICS` lists the dcgm-exporter and nvitop-exporter
-counterpart of each (the README prints it as a table). Labels never hold a pid, a command line
-or any free text: a series per GPU, per training job (by GPU and rank) and per finding id.
+Units are Prometheus' base units, spelled in the name: bytes for every memory (GPU and host
+alike; dcgm-exporter and nvitop-exporter give framebuffer memory in MiB), W, degrees C; and as
+dcgm-exporter, percent for utilization, MHz, the NVML clock-event bitmask, with its label names
+for a GPU (``gpu``, ``UUID``, ``modelName``), so a dcgm-exporter dashboard moves over by
+renaming the metric (and ``* 1048576`` for memory); `GPU_METRICS` lists the dcgm-exporter and
+nvitop-exporter counterpart of each (the README prints it as a table). Labels never hold a pid,
+a command line or any free text: a series per GPU, per training job (by GPU and rank) and per
+finding id.
 
 As dcgm-exporter does, a MIG device has series of its own with ``GPU_I_ID`` and
 ``GPU_I_PROFILE`` (empty on whole GPUs), and a GPU (or MIG device) whose processes all belong
@@ -30,7 +32,6 @@ from gputop.mig_view import instance_gpu, instance_processes
 from gputop.model import Efficiency, GpuSample, HostSample, MigSample, ProcSample, Snapshot
 from gputop.process_info import OWNER_LABELS, label_values
 
-MIB = 1024**2
 GPU_LABELS = ["gpu", "UUID", "modelName", "GPU_I_ID", "GPU_I_PROFILE", *OWNER_LABELS]
 # NVML's clock-event ("throttle") reason bits, as gputop.collect.nvml names them.
 CLOCK_EVENT_BITS = {
@@ -44,10 +45,18 @@ def _div(value: float | None, by: float) -> float | None:
     return None if value is None else value / by
 
 
+def _bytes(field: str) -> Callable[[GpuSample], float | None]:
+    def value(g: GpuSample) -> float | None:
+        v = getattr(g, field)
+        return None if v is None else float(v)
+
+    return value
+
+
 def _mem_free(g: GpuSample) -> float | None:
     if g.mem_total is None or g.mem_used is None:
         return None
-    return max(0, g.mem_total - g.mem_used - (g.mem_reserved or 0)) / MIB
+    return float(max(0, g.mem_total - g.mem_used - (g.mem_reserved or 0)))
 
 
 @dataclass(frozen=True)
@@ -66,12 +75,13 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
     GpuMetric("gputop_gpu_memory_copy_utilization_percent",
               "Memory controller utilization (%)", "DCGM_FI_DEV_MEM_COPY_UTIL",
               "gpu_memory_utilization_Percentage", lambda g: g.util_mem),
-    GpuMetric("gputop_gpu_memory_used_mib", "Framebuffer memory used (MiB)",
-              "DCGM_FI_DEV_FB_USED", "gpu_memory_used_MiB", lambda g: _div(g.mem_used, MIB)),
-    GpuMetric("gputop_gpu_memory_free_mib", "Framebuffer memory free (MiB)",
-              "DCGM_FI_DEV_FB_FREE", "gpu_memory_free_MiB", _mem_free),
-    GpuMetric("gputop_gpu_memory_total_mib", "Framebuffer memory total (MiB)",
-              "DCGM_FI_DEV_FB_TOTAL", "gpu_memory_total_MiB", lambda g: _div(g.mem_total, MIB)),
+    GpuMetric("gputop_gpu_memory_used_bytes", "Framebuffer memory used (bytes)",
+              "DCGM_FI_DEV_FB_USED (MiB)", "gpu_memory_used_MiB", _bytes("mem_used")),
+    GpuMetric("gputop_gpu_memory_free_bytes", "Framebuffer memory free (bytes)",
+              "DCGM_FI_DEV_FB_FREE (MiB)", "gpu_memory_free_MiB", _mem_free),
+    GpuMetric("gputop_gpu_memory_total_bytes", "Framebuffer memory total (bytes)",
+              "DCGM_FI_DEV_FB_TOTAL (MiB)", "gpu_memory_total_MiB",
+              _bytes("mem_total")),
     GpuMetric("gputop_gpu_power_usage_watts", "Power draw (W)", "DCGM_FI_DEV_POWER_USAGE",
               "gpu_power_usage_W", lambda g: g.power_w),
     GpuMetric("gputop_gpu_power_limit_watts", "Enforced power limit (W)",
@@ -185,7 +195,7 @@ class FindingClock:
 # What a MIG device has series of: its own memory, GPM activity and processes (NVML reports
 # no utilization for it; power, clocks and temperature are the board's).
 MIG_METRICS = frozenset({
-    "gputop_gpu_memory_used_mib", "gputop_gpu_memory_free_mib", "gputop_gpu_memory_total_mib",
+    "gputop_gpu_memory_used_bytes", "gputop_gpu_memory_free_bytes", "gputop_gpu_memory_total_bytes",
     "gputop_gpu_sm_active_ratio", "gputop_gpu_sm_occupancy_ratio",
     "gputop_gpu_tensor_active_ratio", "gputop_gpu_dram_active_ratio", "gputop_gpu_processes",
 })

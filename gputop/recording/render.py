@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gputop.efficiency import share_text
 from gputop.format import bytes_h, num, safe_text, truncate
 from gputop.recording.efficiency import efficiency_lines
 from gputop.recording.store import Recording
+from gputop.recording.summary import process_rows
 from gputop.recording.textchart import bin_means, sparkline
 
 # (column, label, y max) for the charts; None: the GPU's own total / limit.
@@ -27,7 +29,8 @@ def _clock(t: float | None) -> str:
         return "-"
 
 
-def _series(rec: Recording, width: int) -> list[tuple[str, list[tuple[str, str]]]]:
+def _series(rec: Recording, width: int, procs: pd.DataFrame
+            ) -> list[tuple[str, list[tuple[str, str]]]]:
     """(title, [(label, sparkline)]) blocks: one per metric, one row per GPU, plus throughput."""
     if rec.gpus.empty:
         return []
@@ -45,9 +48,9 @@ def _series(rec: Recording, width: int) -> list[tuple[str, list[tuple[str, str]]
             values = bin_means(g["time"].to_numpy(), g[column].to_numpy(dtype=float), start, end, width)
             rows.append((f"GPU {index}", sparkline(values, top)))
         blocks.append((title, rows))
-    if not rec.processes.empty and rec.processes["steps_per_s"].notna().any():
+    if not procs.empty and procs["steps_per_s"].notna().any():
         rows = []
-        for pid, p in rec.processes.groupby("pid"):
+        for pid, p in procs.groupby("pid"):
             rate = p["steps_per_s"].to_numpy(dtype=float)
             if np.isnan(rate).all():
                 continue
@@ -101,7 +104,7 @@ def format_report(summary: dict[str, Any], rec: Recording, width: int = 72) -> s
                                      f"pid {f['pid']:.0f}" if f.get("pid") is not None else "") if x)
         out.append(f"  +{f['time'] - start:7.0f}s {f['state']:<8} {f['severity']:<8} {f['id']:<17} "
                    f"{where}: {f['evidence']}")
-    for title, rows in (_series(rec, width) if width > 0 else []):
+    for title, rows in (_series(rec, width, process_rows(rec, summary)) if width > 0 else []):
         out.append("")
         out.append(f"{title}, {_clock(summary['start'])} .. {_clock(summary['end'])}")
         for label, line in rows:
@@ -197,9 +200,10 @@ def format_html(summary: dict[str, Any], rec: Recording) -> str:
                     ref = g["mem_total" if column == "mem_used" else "power_limit_w"].max()
                     top = max(top or 0.0, float(ref) if ref == ref else 0.0)
             parts.append(_svg_chart(title, series, start, end, top or 1.0))
-        if not rec.processes.empty and rec.processes["steps_per_s"].notna().any():
+        procs = process_rows(rec, summary)
+        if not procs.empty and procs["steps_per_s"].notna().any():
             series = [(f"pid {pid}", p["time"].to_numpy(), p["steps_per_s"].to_numpy(dtype=float))
-                      for pid, p in rec.processes.sort_values("time").groupby("pid")]
-            top = float(np.nanmax(rec.processes["steps_per_s"].to_numpy(dtype=float)))
+                      for pid, p in procs.sort_values("time").groupby("pid")]
+            top = float(np.nanmax(procs["steps_per_s"].to_numpy(dtype=float)))
             parts.append(_svg_chart("throughput (steps/s)", series, start, end, top))
     return "\n".join(parts)

@@ -119,7 +119,9 @@ def summarize(rec: Recording) -> dict[str, Any]:
     gpus = [gpu_summary(g) for _, g in rec.gpus.groupby("gpu")] if not rec.gpus.empty else []
     procs = []
     if not rec.processes.empty:
-        procs = [process_summary(p) for _, p in rec.processes.groupby(["pid"], dropna=False)]
+        procs = reported_processes(
+            [process_summary(p) for _, p in rec.processes.groupby(["pid"], dropna=False)],
+            gpus_recorded=bool(gpus))
         add_efficiency(procs, rec)  # MFU, goodput, J/step over the recording
     times = pd.concat([rec.gpus.get("time", pd.Series(dtype=float)),
                        rec.host.get("time", pd.Series(dtype=float))])
@@ -142,13 +144,29 @@ def summarize(rec: Recording) -> dict[str, Any]:
     }
 
 
+def reported_processes(procs: list[dict], gpus_recorded: bool) -> list[dict]:
+    """The processes the report is about. With GPUs recorded, those that ran on them: another
+    job on the host with no GPU (a test, another user's CPU run with an agent) is not what
+    the recording measures, and must never stand for its job. Without GPUs (no driver), the
+    processes whose agent reported steps. A row with nothing to show is left out."""
+    if gpus_recorded:
+        return [p for p in procs if p["gpus"]]
+    return [p for p in procs if p["steps"] is not None]
+
+
+def process_rows(rec: Recording, summary: dict[str, Any]) -> pd.DataFrame:
+    """The recorded samples of the processes ``summary`` reports (for their charts)."""
+    if rec.processes.empty:
+        return rec.processes
+    return rec.processes[rec.processes["pid"].isin([p["pid"] for p in summary["processes"]])]
+
+
 def training_jobs(procs: list[dict]) -> list[dict]:
     """The processes whose agent reported steps, the one that drives the GPUs first.
 
-    A job on a GPU comes before one that runs on the CPU only (a test or a preprocessing job
-    with an agent on the same host must not stand for the GPU job); then the job on more GPUs,
-    with more GPU memory, with more steps. The ranks of one job step together, so one rank's
-    rate is the job's rate."""
+    ``procs`` are the reported ones (``reported_processes``): with GPUs recorded, only jobs on
+    them. The job on more GPUs comes first, then with more GPU memory, with more steps. The
+    ranks of one job step together, so one rank's rate is the job's rate."""
     trainers = [p for p in procs if p["throughput_steps_per_s"] is not None]
     return sorted(trainers, key=lambda p: (not p["gpus"], -len(p["gpus"]),
                                            -(p["gpu_mem_peak"] or 0), -(p["steps"] or 0), p["pid"]))

@@ -310,7 +310,7 @@ class GputopApp(App[int]):
         if isinstance(self.feed, SamplerFeed):
             if self.early is not None:
                 self.early.attach(self.feed, lambda error: self.post_message(
-                    SamplerFailed(error)))
+                    SamplerFailed(error)), self._standin_failed)
             else:
                 self._run_sampler()
         elif isinstance(self.feed, ReplayFeed):
@@ -382,7 +382,8 @@ class GputopApp(App[int]):
         try:
             # No wait for the demo's workers: the first frame comes first, and they show as
             # they are forked.
-            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0) as sampler:
+            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0,
+                              on_standin_failure=self._standin_failed) as sampler:
                 if not feed.stopped:
                     feed.run(sampler)
         except Exception as exc:  # reported on screen and after exit, never as a traceback
@@ -398,6 +399,11 @@ class GputopApp(App[int]):
         except Exception as exc:  # reported on screen and after exit, never as a traceback
             if not feed.stopped:
                 self.post_message(SamplerFailed(f"{type(exc).__name__}: {exc}"))
+
+    def _standin_failed(self, line: str) -> None:
+        """A stand-in of the demo ended on its own (told from the demo's thread: notify only
+        posts a message)."""
+        self.notify(line, severity="error", timeout=15, markup=False)
 
     def _stop_feed(self) -> None:
         if isinstance(self.feed, (SamplerFeed, ReplayFeed)):

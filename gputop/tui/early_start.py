@@ -21,6 +21,9 @@ class EarlySampler:
         self._attached = threading.Event()
         self._feed = None
         self._failed: Callable[[str], None] | None = None
+        self._noted: Callable[[str], None] | None = None
+        self._notes: list[str] = []  # stand-in failures told before the app was attached
+        self._notes_lock = threading.Lock()
         self.error: str | None = None
         self.thread = threading.Thread(target=self._run, name="gputop-sampler", daemon=True)
 
@@ -28,12 +31,25 @@ class EarlySampler:
         self.thread.start()
         return self
 
-    def attach(self, feed, failed: Callable[[str], None]) -> None:
-        """Hand over the app's feed (a SamplerFeed) and how to report a failure."""
+    def attach(self, feed, failed: Callable[[str], None],
+               noted: Callable[[str], None] | None = None) -> None:
+        """Hand over the app's feed (a SamplerFeed), how to report a failure and how to tell
+        that a stand-in of the demo ended."""
         self._feed, self._failed = feed, failed
+        with self._notes_lock:
+            self._noted, notes, self._notes = noted, self._notes, []
+        for line in notes if noted is not None else ():
+            noted(line)
         self._attached.set()
         if self.error is not None:
             failed(self.error)
+
+    def _note(self, line: str) -> None:
+        with self._notes_lock:
+            if self._noted is None:
+                self._notes.append(line)
+                return
+        self._noted(line)
 
     def stop(self, timeout: float = 5.0) -> None:
         """When the app has ended: stop sampling and wait for the demo to be cleaned up."""
@@ -48,7 +64,8 @@ class EarlySampler:
         try:
             # No wait for the demo's workers: the first frame comes first, and they show
             # as they are forked.
-            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0) as sampler:
+            with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0,
+                              on_standin_failure=self._note) as sampler:
                 first = sampler.sample()
                 self._attached.wait()
                 feed = self._feed
