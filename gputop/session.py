@@ -49,6 +49,7 @@ def open_sampler(
     host: HostCollector | None = None,
     trainer: bool = True,
     on_standin_failure: Callable[[str], None] | None = warn_on_stderr,
+    demo_elapsed: float = 0.0,
 ) -> Iterator[Sampler]:
     """A ready Sampler; with ``demo`` the simulated GPUs and their stand-in processes run too.
 
@@ -57,7 +58,8 @@ def open_sampler(
     monitor shows its workers as they appear, so it should not wait for that); the driver is
     opened meanwhile. ``host``: a HostCollector made earlier (its CPU counters were primed
     then). ``trainer``: start the demo's real torch trainer (see demo/standins.py);
-    ``on_standin_failure``: told in one line when a stand-in of the demo ends on its own."""
+    ``on_standin_failure``: told in one line when a stand-in of the demo ends on its own;
+    ``demo_elapsed``: how long the simulated jobs have run when the demo opens."""
     probe = _agent_probe() if agents else None
     if demo is None:
         sampler = Sampler(NvmlCollector(gpus), host, agent_probe=probe)
@@ -76,7 +78,8 @@ def open_sampler(
     scenario = SCENARIOS[demo]
     attached = attached_pids(len(scenario.gpus))  # GPUTOP_DEMO_PIDS: the user's processes
     sim = simnvml.install(simnvml.SimulatedNvml(scenario, seed=seed, clock=clock,
-                                                pcie_sample_s=simnvml.PCIE_SAMPLE_S))
+                                                pcie_sample_s=simnvml.PCIE_SAMPLE_S,
+                                                elapsed=demo_elapsed))
     try:
         with StandIns(scenario, trainer, on_standin_failure, sim.origin) as standins:
             started = standins.start(skip=attached)

@@ -86,11 +86,14 @@ class SimulatedNvml(SimulatedMig):
         seed: int = 0,
         clock: Callable[[], float] | None = None,
         pcie_sample_s: float = 0.0,
+        elapsed: float = 0.0,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
         self.pcie_sample_s = pcie_sample_s
-        start = time.monotonic()
+        # ``elapsed``: how long the simulated jobs have run when the driver opens (a one-shot
+        # snapshot reads them past their start-up, as on a node where they already ran).
+        start = time.monotonic() - elapsed
         self.clock = clock or (lambda: time.monotonic() - start)
         # time.monotonic() at the clock's zero (None for a clock of the caller's): stand-ins
         # that follow the simulated GPU's phases read it.
