@@ -284,6 +284,8 @@ def joules_text(value: float | None) -> str:
         return "n/a"
     if value >= 1000:
         return f"{value / 1000:.3g} kJ"
+    if 0 < value < 1:
+        return f"{value * 1000:.3g} mJ"  # three figures in units, not 0.0947 J
     return f"{value:.3g} J"
 
 

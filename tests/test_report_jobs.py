@@ -64,20 +64,21 @@ def test_report_takes_the_gpu_job_not_a_cpu_job_with_an_agent(tmp_path, cpu_job_
 
 
 def test_a_tour_recording_never_names_an_unrelated_cpu_process(tmp_path, cpu_job_with_agent):
-    """The tour's GPUs run stand-ins without an agent: no job reported steps there. A CPU-only
-    python process with an agent runs beside it: the report names no job (the energy is not
-    divided by that process's steps) and lists no row of it."""
+    """A CPU-only python process with an agent runs beside the tour: the report names the
+    tour's own training job (GPU 0's torch trainer) or none, never that process, and lists no
+    row of it (the GPUs' energy is not divided by its steps)."""
     rec = tmp_path / "tour"
     done = run_cli("--demo", "tour", "record", "-o", str(rec), "--duration", "4",
                    "--flush-every", "1")
     assert done.returncode == 0, done.stderr
     summary = json.loads(run_cli("report", str(rec), "--json").stdout)
-    assert summary["metrics"]["job"] is None and summary["jobs"] == []
-    assert summary["metrics"]["energy_per_step_j"] is None
+    job = summary["metrics"]["job"]
+    assert job is None or (job["gpus"] and job["pid"] != cpu_job_with_agent.pid), job
+    if job is None:
+        assert summary["metrics"]["energy_per_step_j"] is None
     assert summary["metrics"]["energy_j"] > 0  # the GPUs are there
     assert summary["processes"] and all(p["gpus"] for p in summary["processes"])
     text = run_cli("report", str(rec)).stdout
-    assert "training job: none reported steps" in text
     assert str(cpu_job_with_agent.pid) not in text and "steady_train" not in text
 
 

@@ -74,7 +74,8 @@ def test_bar_in_eighths():
 
 def test_pcie_link_max():
     gpu = GpuSample(index=0, pcie_gen_max=4, pcie_width_max=16)
-    assert pcie_link_max_mbs(gpu) == 1969 * 16
+    # 16 GT/s x 16 lanes x 128/130 / 8 bits = 31.5 GB/s each way
+    assert pcie_link_max_mbs(gpu) == pytest.approx(16 * 16 * 128 / 130 / 8 * 1000)
     assert pcie_link_max_mbs(GpuSample(index=0)) is None
 
 

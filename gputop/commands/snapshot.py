@@ -45,12 +45,13 @@ def take_snapshot(args: argparse.Namespace) -> Snapshot:
     started = time.monotonic()
     host = HostCollector(lifetime_first=not measure)  # primes the host's counters now
     # A demo's one-shot snapshot starts the plain stand-ins, not the torch trainer: it would
-    # take seconds to import torch, and its agent would have no step to report yet. Its
-    # simulated GPUs read as jobs past their start-up (one reading during it shows nothing).
+    # take seconds to import torch, and its agent would have no step to report yet (with
+    # --measure it has time to). The simulated GPUs read as jobs past their start-up (one
+    # reading during it shows nothing).
     from gputop.collect.scenarios import STARTUP_S
 
-    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0,
-                      host=host, trainer=False, demo_elapsed=STARTUP_S + 1.0) as sampler:
+    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0, host=host,
+                      trainer=bool(measure), demo_elapsed=STARTUP_S + 1.0) as sampler:
         if measure:
             sampler.sample()  # the processes' counters start here
             time.sleep(measure)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gputop.efficiency import share_text
+from gputop.efficiency import joules_text, share_text
 from gputop.format import bytes_h, num, safe_text, truncate
 from gputop.recording.efficiency import efficiency_lines
 from gputop.recording.store import Recording
@@ -155,8 +155,8 @@ def format_metrics(m: dict[str, Any]) -> str:
         ("energy per step", m.get("energy_per_step_j"), lambda v: f"{v:.1f} J"),
         ("MFU", m.get("mfu"), share_text),
         ("goodput", m.get("goodput"), share_text),
-        ("job energy per step", m.get("job_energy_per_step_j"), lambda v: f"{v:.3g} J"),
-        ("per sample", m.get("job_energy_per_sample_j"), lambda v: f"{v:.3g} J"),
+        ("job energy per step", m.get("job_energy_per_step_j"), joules_text),
+        ("per sample", m.get("job_energy_per_sample_j"), joules_text),
         ("duration", m.get("duration_s"), lambda v: f"{v:.0f} s"),
     ]
     return ", ".join(f"{name} {fmt(v)}" for name, v, fmt in parts if v is not None) or "none"

@@ -47,6 +47,7 @@ class FleetFinding:
     cost_s: float
     gpu: int | None
     pid: int | None
+    gpu_instance: int | None = None  # a node's findings name their MIG device in the title
 
 
 def host_width(hosts: Sequence[str]) -> int:
