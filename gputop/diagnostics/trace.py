@@ -35,6 +35,9 @@ class TraceAnalysis:
     assessed: list[str] = field(default_factory=list)
     not_assessed: list[str] = field(default_factory=list)
     rank: int | None = None
+    # What the trace lost to a size or memory budget, one line each (the agent's cut before it
+    # wrote the trace, the loader's over --max-events): the analysis is of what was kept.
+    cut: list[str] = field(default_factory=list)
     # The measured data behind ``metrics`` (interval sets, per-step roles); not serialised.
     details: TraceMetrics | None = field(default=None, repr=False, compare=False)
     # Set when analysed with the other ranks of its job (``compare_job``).
@@ -49,6 +52,7 @@ class TraceAnalysis:
             "healthy_reason": self.healthy_reason,
             "assessed": list(self.assessed),
             "not_assessed": list(self.not_assessed),
+            "cut": list(self.cut),
             **({"cross_rank": self.cross_rank.to_json()} if self.cross_rank is not None else {}),
         }
 
@@ -81,13 +85,14 @@ def analyze_trace(
         with _gc_paused():
             data = load_trace(path, limits)
             tm = compute_metrics(data)
+            cut = list(data.cut)
             del data  # events are no longer needed; the metrics keep what the rules read
             if pid is not None:
                 tm.details["pid"] = pid
             if cmdline:
                 tm.details["app"] = app_of(cmdline)
             findings = run_rules(tm)
-        return _analysis(os.fspath(path), tm, findings)
+        return _analysis(os.fspath(path), tm, findings, cut)
     except TraceError:
         raise
     except MemoryError:
@@ -100,7 +105,8 @@ def analyze_trace(
                          "trace") from None
 
 
-def _analysis(path: str, tm: TraceMetrics, findings: list[Finding]) -> TraceAnalysis:
+def _analysis(path: str, tm: TraceMetrics, findings: list[Finding],
+              cut: list[str] | None = None) -> TraceAnalysis:
     findings = order_findings(findings)
     return TraceAnalysis(
         file=path,
@@ -111,6 +117,7 @@ def _analysis(path: str, tm: TraceMetrics, findings: list[Finding]) -> TraceAnal
         assessed=list(tm.assessed),
         not_assessed=list(tm.not_assessed),
         rank=tm.rank,
+        cut=list(cut or []),
         details=tm,
     )
 

@@ -187,6 +187,8 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     lines += _wrap("Assessed: " + "; ".join(a.assessed), width, "", "  ")
     if a.not_assessed:
         lines += _wrap("Not assessed: " + "; ".join(a.not_assessed), width, "", "  ")
+    if a.cut:  # detail the trace lost to its budget: what the analysis could not see
+        lines += _wrap("Cut: " + "; ".join(a.cut), width, "", "  ")
     # Op, kernel and device names come from the file: no line may carry a terminal escape.
     return "\n".join(safe_text(line) for line in lines) + "\n"
 
