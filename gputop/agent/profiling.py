@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gputop.agent.protocol import default_capture_dir
 from gputop.agent.telemetry import StepTelemetry
@@ -42,6 +42,10 @@ MIN_FIRST_STEP_WAIT_S = 10.0  # how long "no optimizer step" waits, at least (un
 MAX_RECORD_S = 30.0  # recording stops at the first step boundary after this (one step at least)
 JSON_PER_STEP = 32 << 20  # bytes of trace JSON per recorded step (a window counts as 3 steps)
 FALLBACK_WINDOW_S = 5.0  # the time window recorded for a job slower than the deadline
+# With the Python tracer (with_stack), a recorded step this many times slower than the job's
+# usual step ends the recording: the rest would cost as much again, and so would the
+# profiler's stop, which processes every Python call recorded.
+MAX_TRACER_SLOWDOWN = 3.0
 CUT_TIMEOUT_S = 300.0  # the child process that cuts a trace to its budget, at most
 
 _BOOL_FIELDS = ("record_shapes", "with_stack", "profile_memory")
@@ -145,10 +149,15 @@ def trace_file_name(now_s: float | None = None) -> str:
     return f"{socket.gethostname()}_{os.getpid()}.{ms}.pt.trace.json.gz"
 
 
-def write_trace(profiler: Any, directory: Path, budget: int | None = None
-                ) -> tuple[Path, list[str]]:
+class Written(NamedTuple):
+    path: Path
+    cut: list[str]  # what was cut to fit the budget, one line each
+    json_bytes: int  # what the profiler wrote, before any cut
+
+
+def write_trace(profiler: Any, directory: Path, budget: int | None = None) -> Written:
     """Export ``profiler``'s Chrome trace gzipped into ``directory`` with mode 0600, cut to
-    ``budget`` bytes of JSON when it is larger; returns the path and what was cut.
+    ``budget`` bytes of JSON when it is larger.
 
     The raw JSON goes to a private temporary directory next to the target and the gzip file
     appears under its final name only when complete (os.replace), so no reader ever sees half a
@@ -191,7 +200,7 @@ def write_trace(profiler: Any, directory: Path, budget: int | None = None
         os.chmod(staged, 0o600)
         final = directory / name
         os.replace(staged, final)
-        return final, notes
+        return Written(final, notes, size)
     except zlib.error as exc:
         raise OSError(5, f"compression failed: {exc}") from None
     except OSError as exc:
@@ -295,6 +304,7 @@ class CaptureJob:
         self.finish_reason: str | None = None  # stop at the next step boundary, and why
         self.cut: list[str] = []  # what this capture left out, one line each
         self.notes: list[str] = []  # what it did instead of what was asked
+        self.usual_step_s: float | None = None  # the job's p50 step time when asked
 
     @property
     def budget(self) -> int:
@@ -358,6 +368,7 @@ class CaptureController:
             directory = prepare_capture_dir(params["out"])
             job = CaptureJob(params, directory)
             job.steps_at_request = self.telemetry.steps
+            job.usual_step_s = self.telemetry.status().get("step_time_p50_s")
             start = params["start_step"]
             if start is not None and job.steps_at_request >= start:
                 raise CaptureError(
@@ -413,6 +424,9 @@ class CaptureController:
         self._finishing = True
         try:
             recorded = job.state == "recording" and job.steps_seen > job.params["warmup"]
+            # The Python tracer's recording takes many seconds to write: not at exit, where
+            # it would hold the job's end up.
+            heavy = job.params["with_stack"]
             prof = job.profiler
             try:
                 self._stop_profiler(job)
@@ -420,11 +434,11 @@ class CaptureController:
                 self.telemetry.record_error(exc)
                 prof = None
             reply = None
-            if recorded and prof is not None:
+            if recorded and prof is not None and not heavy:
                 try:
-                    path, cut = write_trace(prof, job.directory, job.budget)
-                    job.cut.extend(cut)
-                    reply = self._success(job, path)
+                    written = write_trace(prof, job.directory, job.budget)
+                    job.cut.extend(written.cut)
+                    reply = self._success(job, written)
                     done = max(0, job.steps_seen - job.params["warmup"])
                     reply["partial"] = True
                     reply["partial_reason"] = (f"{why} after {done} of {job.params['steps']} "
@@ -433,7 +447,9 @@ class CaptureController:
                     self.telemetry.record_error(exc)
             with self._lock:
                 self._finish_locked(job, reply or _error(
-                    "exited", f"{why} before the capture finished"))
+                    "exited", f"{why} before the capture finished" + (
+                        " (a --with-stack recording is not written at exit: it would hold "
+                        "the exit up)" if recorded and heavy else "")))
             job.reply_sent.wait(3.0)  # the connection thread writes it to the socket
         finally:
             self._finishing = False
@@ -642,9 +658,15 @@ class CaptureController:
                 job.steps_seen += 1
                 warmup, steps = job.params["warmup"], job.params["steps"]
                 recorded = job.steps_seen - warmup
-                if (0 < recorded < steps and job.finish_reason is None
-                        and now - job.marks[warmup] >= MAX_RECORD_S):
-                    job.finish_reason = f"the recording reached its {MAX_RECORD_S:g} s limit"
+                if 0 < recorded < steps and job.finish_reason is None:
+                    if now - job.marks[warmup] >= MAX_RECORD_S:
+                        job.finish_reason = (f"the recording reached its {MAX_RECORD_S:g} s "
+                                             "limit")
+                    elif job.params["with_stack"] and job.usual_step_s:
+                        slower = (now - job.marks[-2]) / job.usual_step_s
+                        if slower > MAX_TRACER_SLOWDOWN:
+                            job.finish_reason = (f"the Python tracer made the step {slower:.0f}x "
+                                                 "slower")
                 if job.finish_reason is not None and 0 < recorded < steps:
                     job.cut.append(f"{steps - recorded} of {steps} steps not recorded: "
                                    f"{job.finish_reason}")
@@ -722,8 +744,8 @@ class CaptureController:
 
     def _export(self, job: CaptureJob, prof: Any) -> None:
         try:
-            path, cut = write_trace(prof, job.directory, job.budget)
-            job.cut.extend(cut)
+            written = write_trace(prof, job.directory, job.budget)
+            job.cut.extend(written.cut)
         except OSError as exc:
             reason = exc.strerror or str(exc)
             self._finish(
@@ -733,9 +755,10 @@ class CaptureController:
         except Exception as exc:
             self._finish(job, _error("export-failed", f"trace export failed: {exc}"[:300]))
             return
-        self._finish(job, self._success(job, path))
+        self._finish(job, self._success(job, written))
 
-    def _success(self, job: CaptureJob, path: Path) -> dict[str, Any]:
+    def _success(self, job: CaptureJob, written: Written) -> dict[str, Any]:
+        path = written.path
         warmup = job.params["warmup"]
         marks = job.marks[warmup:] if job.params["mode"] == "steps" else job.marks
         summary: dict[str, Any] = {"duration_s": None, "step_time_mean_s": None}
@@ -770,6 +793,8 @@ class CaptureController:
             "warmup": job.params["warmup"],
             "seconds": job.params["seconds"],
             "summary": summary,
+            "profiler_started_wall": (round(job.marks[0] + job.wall_offset, 6)
+                                      if job.marks else None),
             # For the monitor's Python stack samples: the wall-clock times of the recorded
             # step boundaries (or of the window's start and end) and the training thread.
             "walls": [round(m + job.wall_offset, 6) for m in marks][:MAX_STEPS + 1],
@@ -777,6 +802,7 @@ class CaptureController:
             "recorded_steps": recorded,
             "with_stack": job.params["with_stack"],
             "budget_bytes": job.budget,
+            "profiler_json_bytes": written.json_bytes,
             "cut": job.cut[:16],
             "notes": job.notes[:16],
         }

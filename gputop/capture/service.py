@@ -16,6 +16,7 @@ kind=...)`` runs it the same way.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -84,6 +85,7 @@ class CaptureResult:
     stack_lines: list = field(default_factory=list)  # stack_lines.CostLines (with_stack)
     notes: list[str] = field(default_factory=list)  # what the user should know, one line each
     stacks_rate: int = 0
+    replied_wall: float = field(default_factory=time.time)  # when the agent's reply came
 
     def failure(self) -> str:
         """Why there is no analysis, in one line (empty when there is one)."""
@@ -114,7 +116,9 @@ class CaptureResult:
         data["notes"] = list(self.notes)
         data["capture"] = {key: self.reply.get(key) for key in (
             "mode", "steps", "recorded_steps", "warmup", "seconds", "bytes", "budget_bytes",
-            "start_step", "first_recorded_step", "summary")}
+            "profiler_json_bytes", "start_step", "first_recorded_step", "summary",
+            "profiler_started_wall", "walls")}
+        data["capture"]["replied_wall"] = round(self.replied_wall, 6)
         return data
 
 
@@ -157,7 +161,10 @@ def capture(pid: int, settings: CaptureSettings = CaptureSettings(), *,
     except BaseException:
         kind.abort(side)
         raise
-    return kind.result(pid, settings, reply, side)
+    replied = time.time()
+    result = kind.result(pid, settings, reply, side)
+    result.replied_wall = replied
+    return result
 
 
 def process_cmdline(pid: int) -> list[str] | None:

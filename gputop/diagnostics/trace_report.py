@@ -122,6 +122,8 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         cost = f"  (costs {ms_h(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
         lines += _wrap(f"{i}. [{f.severity.upper()}] {f.id}: {f.title}{cost}", width, "  ", "     ")
         lines += _wrap(f"Evidence: {f.evidence}", width, "     ", "       ")
+        if f.where:  # set by `gputop capture` from py-spy samples joined to the steps
+            lines += _wrap(f"Where: {f.where}", width, "     ", "       ")
         lines += _wrap(f"Fix: {f.fix}", width, "     ", "       ")
         lines += _wrap(f"Next: {f.next_step}", width, "     ", "       ")
 
