@@ -11,8 +11,8 @@ prints:
 - trace MB: the trace as written (gzip) and its JSON, and the JSON the profiler exported
   before the agent cut it to its budget (32 MB per recorded step);
 - step ratio: the job's mean step time during the capture (the steps the profiler ran in:
-  the warm-up and recorded steps) over its median step time outside it (up to 10 steps before
-  and 5 after); goal <= 1.5 for the default. In brackets, the same until the agent's reply
+  the warm-up and recorded steps) over its mean step time outside it (up to 30 steps before
+  and 15 after); goal <= 1.5 for the default. In brackets, the same until the agent's reply
   (the trace is written meanwhile) and over the whole command's run (its Python start-up,
   py-spy and the analysis share the machine's cores with the job);
 - verdict and where: what the capture named, and the line (py-spy, or the tracer's frames).
@@ -104,12 +104,14 @@ def steps_of(log: Path) -> list[tuple[float, float]]:
 def step_ratio(log: Path, t0: float, t1: float) -> tuple[float | None, int]:
     steps = steps_of(log)[3:]  # the first steps are start-up (compile, workers)
     during = [e - s for s, e in steps if e > t0 and s < t1]
-    before = [e - s for s, e in steps if e <= t0][-10:]
-    after = [e - s for s, e in steps if s >= t1][:5]
+    before = [e - s for s, e in steps if e <= t0][-30:]
+    after = [e - s for s, e in steps if s >= t1][:15]
     outside = before + after
     if not during or not outside:
         return None, len(during)
-    return statistics.fmean(during) / statistics.median(outside), len(during)
+    # Means, not medians: with DataLoader workers steps come in pairs (one waits for a batch,
+    # the next finds one ready), and a median picks one of the two.
+    return statistics.fmean(during) / statistics.fmean(outside), len(during)
 
 
 def json_mb(trace: str) -> float:
@@ -161,7 +163,7 @@ def capture(pid: int, env: dict, log: Path, mode: list[str], stop: Path | None,
                cut=len(report.get("cut") or []))
     time.sleep(0.5)
     if stop is None:
-        steps_after = agent_steps(pid) + 5
+        steps_after = agent_steps(pid) + 15
         try:
             wait_steps(pid, steps_after, proc)
         except (RuntimeError, TimeoutError):
@@ -195,10 +197,10 @@ def run_job(name: str, modes: dict[str, list[str]], env: dict, work: Path) -> di
                                stderr=subprocess.DEVNULL)
         try:
             wait_steps(job.pid, warm, job)
-            for mode_name in run:
+            for i, mode_name in enumerate(run):
                 rows[mode_name] = capture(job.pid, env, log, modes[mode_name], stop, job)
-                if stop is None:
-                    wait_steps(job.pid, agent_steps(job.pid) + 5, job)
+                if stop is None and i + 1 < len(run):  # the job back at its pace
+                    wait_steps(job.pid, agent_steps(job.pid) + 15, job)
         finally:
             end(job)
     return rows

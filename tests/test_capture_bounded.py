@@ -240,12 +240,15 @@ def test_the_default_records_no_python_tracer_shapes_or_memory(world):
         assert os.stat(report["trace"]).st_mode & 0o777 == 0o600
 
 
-def shows_job(term, pid: int) -> None:
+def shows(term, *texts: str, interval: float = 0.05) -> str:
+    """Wait until the terminal shows every one of ``texts``; the screen when it does (and in
+    the failure when it does not)."""
     try:
-        wait_for(lambda: f"{pid} " in term.capture() and "capture_jobs.py" in term.capture(),
-                 timeout=SLOW)
+        wait_for(lambda: all(t in term.capture() for t in texts), timeout=SLOW,
+                 interval=interval)
     except AssertionError:
-        raise AssertionError(f"pid {pid} not shown:\n{term.capture()}") from None
+        raise AssertionError(f"not shown: {texts}\n{term.capture()}") from None
+    return term.capture()
 
 
 def test_in_tmux_p_on_the_getitem_job_shows_the_stall_its_line_and_num_workers(world,
@@ -259,13 +262,18 @@ def test_in_tmux_p_on_the_getitem_job_shows_the_stall_its_line_and_num_workers(w
         term = terminal(160, 50, XDG_RUNTIME_DIR=env["XDG_RUNTIME_DIR"],
                         GPUTOP_CAPTURE_DIR=env["GPUTOP_CAPTURE_DIR"])
         monitor = start(term, "")
-        shows_job(term, proc.pid)
+        shows(term, f"{proc.pid} ", "capture_jobs.py")
+        # Other jobs with an agent may be listed (root sees every user's): keep ours alone.
+        term.keys("/")
+        shows(term, "filter: pid")
+        term.tmux("send-keys", "-t", "main", "-l", str(proc.pid))
+        term.keys("Enter")
+        wait_for(lambda: any("›" in line and f" {proc.pid} " in line  # the selected row
+                             for line in term.capture().splitlines()), timeout=SLOW)
         pressed = time.monotonic()
         term.keys("p")
-        wait_for(lambda: "diagnosis of pid" in term.capture() and "Where:" in term.capture(),
-                 timeout=SLOW, interval=0.1)
+        screen = shows(term, "diagnosis of pid", "Where:", interval=0.1)
         shown = time.monotonic() - pressed
-        screen = term.capture()
         flat = " ".join(screen.replace("│", " ").split())
         assert f"diagnosis of pid {proc.pid}: dataloader-stall" in flat
         assert "num_workers=0" in flat

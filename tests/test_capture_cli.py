@@ -37,7 +37,7 @@ def test_acceptance_run_then_capture_json_and_report(world, tmp_path):
     job = gputop_run(train_cmd("--steps", "300", "--item-ms", "3", "--exit-code", "3"), env)
     with running(job):
         wait_for_steps(job.pid, steps=2)
-        # (How long a capture takes is measured by benchmarks/bench_capture_cli.py.)
+        # (How long a capture takes is measured by benchmarks/bench_capture.py.)
         result = run_cli("capture", str(job.pid), "--steps", "3", "--json", env=env)
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)

@@ -425,7 +425,11 @@ def request_capture(
             reply = check_reply(conn.receive(max(0.1, deadline - time.monotonic())), pid)
         except AgentError as exc:
             if exc.code == "exited":
-                raise AgentError(f"process {pid} exited during the capture", "exited") from None
+                # The agent may have said more: "... before the capture finished (why)".
+                detail = str(exc).partition("before the capture finished")[2].strip()
+                raise AgentError(f"process {pid} exited during the capture"
+                                 + (f" {detail}" if detail.startswith("(") else ""),
+                                 "exited") from None
             raise
     return checked_trace_reply(reply, pid, conn.peer_uid)
 

@@ -564,9 +564,9 @@ class CaptureController:
                 self.cancel("cancelled", "the client went away")
             elif (job.state == "waiting" and waited > first_wait
                   and self.telemetry.steps == job.steps_at_request
-                  and profile_all_threads_supported() and self._claim_for_window(job)):
-                self._to_window(job, f"no optimizer step in {waited:.0f} s (a step slower "
-                                "than that, inference, or a stuck job)", timeout - waited)
+                  and profile_all_threads_supported() and self._claim_for_window(
+                      job, f"no optimizer step in {waited:.0f} s (a step slower than that, "
+                      "inference, or a stuck job)", timeout - waited)):
                 reply = self._time_window(job, client_gone)
                 return {**reply, "_sent": job.reply_sent}
             elif (job.state == "waiting" and waited > first_wait
@@ -601,13 +601,14 @@ class CaptureController:
         reply["_sent"] = job.reply_sent  # set by the server once the reply is written
         return reply
 
-    def _claim_for_window(self, job: CaptureJob) -> bool:
-        """Take a waiting step capture away from the training thread (which has not started
-        the profiler): True when it was still waiting."""
+    def _claim_for_window(self, job: CaptureJob, why: str, time_left: float) -> bool:
+        """Turn a step capture that still waits (the training thread has not started the
+        profiler) into a time window; False when it no longer waits."""
         with self._lock:
             if job.state != "waiting" or self.job is not job or job.cancel_code is not None:
                 return False
             self.telemetry.on_step = None
+            self._to_window(job, why, time_left)
             job.state = "recording"
             return True
 

@@ -167,7 +167,8 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
             next_step=_text(item.get("next_step")),
             cost_s=float(cost) if isinstance(cost, (int, float)) and cost >= 0 else 0.0,
             gpu=item.get("gpu") if isinstance(item.get("gpu"), int) else None,
-            pid=item.get("pid") if isinstance(item.get("pid"), int) else None))
+            pid=item.get("pid") if isinstance(item.get("pid"), int) else None,
+            where=_text(item.get("where")) or None))
     metrics = reply.get("metrics")
 
     def strings(values: object) -> list[str]:
@@ -182,6 +183,7 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
         healthy_reason=_text(reply.get("healthy_reason")) or None,
         assessed=strings(reply.get("assessed")),
         not_assessed=strings(reply.get("not_assessed")),
+        cut=strings(reply.get("cut")),
     )
     return analysis, skipped
 

@@ -41,6 +41,7 @@ from gputop.stacks.pyspy import DEFAULT_RATE, NOT_INSTALLED, find_py_spy
 MAX_FILE = 64 << 20  # bytes of one process's chrometrace read; more is not used
 MAX_EVENTS = 2_000_000
 STOP_GRACE_S = 10.0  # py-spy writes its file on SIGINT; killed if it takes longer
+SAMPLING_WAIT_S = 5.0  # how long a capture waits for py-spy to start sampling, at most
 _PROCESS = re.compile(r"^process (\d+):")
 
 
@@ -195,7 +196,27 @@ class TimelineRecorder:
                 self.stop()
                 return False
             self._procs.append((target, epoch, proc))
+        self._wait_sampling()
         return True
+
+    def _wait_sampling(self) -> None:
+        """Until every py-spy samples (it says so once attached): its start-up takes a few
+        hundred ms of CPU, which should not fall on the steps recorded, nor the steps before
+        py-spy sees them (a fast job records 3 steps in well under a second)."""
+        assert self._dir is not None
+        deadline = time.monotonic() + SAMPLING_WAIT_S
+        waiting = {target for target, _, _ in self._procs}
+        while waiting and time.monotonic() < deadline:
+            for target, _, proc in self._procs:
+                if target not in waiting:
+                    continue
+                try:
+                    started = b"Sampling process" in (self._dir / f"{target}.log").read_bytes()
+                except OSError:
+                    started = False
+                if started or proc.poll() is not None:
+                    waiting.discard(target)
+            time.sleep(0.01)
 
     @property
     def running(self) -> bool:
