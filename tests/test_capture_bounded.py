@@ -284,3 +284,22 @@ def test_in_tmux_p_on_the_getitem_job_shows_the_stall_its_line_and_num_workers(w
         wait_for(lambda: "diagnosis of pid" not in term.capture(), timeout=SLOW)
         term.keys("q")
         monitor.wait(timeout=SLOW)
+
+
+def test_recording_stops_at_its_time_bound_and_keeps_the_steps(world):
+    """40 steps of 2 s would record 80 s: the recording stops at the first step after 30 s,
+    the steps so far are analysed, and the cut says why."""
+    from gputop.agent.profiling import MAX_RECORD_S
+
+    env, _ = world
+    with running(job(env, "--kind", "slow", "--step-s", "2")) as proc:
+        wait_for_steps(proc.pid, steps=2)
+        done = run_cli("capture", str(proc.pid), "--steps", "40", "--timeout", "300", "--json",
+                       env=env, timeout=3 * SLOW)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        recorded = report["capture"]["recorded_steps"]
+        assert MAX_RECORD_S / 2 <= recorded < 40
+        assert any(f"{40 - recorded} of 40 steps not recorded: the recording reached its "
+                   f"{MAX_RECORD_S:g} s limit" in c for c in report["cut"]), report["cut"]
+        assert report["metrics"]["steps"]["count"] == recorded

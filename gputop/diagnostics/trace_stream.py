@@ -151,15 +151,20 @@ class EventSplitter:
                 self._tail(prefix)
                 return
             limit = len(self._buf) if self._eof else min(len(self._buf), window)
-            cuts = list(_CUT.finditer(self._buf, max(0, limit - (1 << 20)), limit))
-            for cut in reversed(cuts[-_TRIES:]):
-                run = self._buf[:cut.start() + 1]
+            ends = [m.start() + 1 for m in _CUT.finditer(self._buf, max(0, limit - (1 << 20)),
+                                                          limit)]
+            if self._eof:  # the bare-array form may end without its "]"
+                last = self._buf.rstrip(_SPACE + b",")
+                if last.endswith(b"}"):
+                    ends.append(len(last))
+            for end in reversed(ends[-_TRIES:]):
+                run = self._buf[:end]
                 try:
                     out = self._decode(b"[" + run + b"]")
                 except ValueError:
                     continue
                 self.events_bytes += len(run)
-                self._buf = self._buf[cut.start() + 1:]
+                self._buf = self._buf[end:]
                 window = self.window
                 yield out
                 break
