@@ -227,15 +227,16 @@ class _Source:
             raise _too_large(self.path, self.limits)
         return out
 
-    def read_up_to(self, size: int) -> bytes:
-        parts, have = [], 0
-        while have < size:
-            chunk = self.read(max(READ, size - have))
+    def read_up_to(self, size: int) -> bytearray:
+        """Up to ``size`` bytes, in one buffer grown in place (msgspec decodes it as it is:
+        no second copy of the trace)."""
+        buf = bytearray()
+        while len(buf) < size:
+            chunk = self.read(max(READ, size - len(buf)))
             if not chunk:
                 break
-            parts.append(chunk)
-            have += len(chunk)
-        return b"".join(parts)
+            buf += chunk
+        return buf
 
     def close(self) -> None:
         self._fh.close()
@@ -296,8 +297,8 @@ def _open_checked(path: str, limits: LoadLimits) -> int:
     return fd
 
 
-def _decode(path: str, raw: bytes) -> TraceFile | list[Event]:
-    if not raw.strip():
+def _decode(path: str, raw: bytes | bytearray) -> TraceFile | list[Event]:
+    if not raw or raw.isspace():  # (strip() would copy the whole trace)
         raise TraceError(f"{path}: empty file, not a trace")
     try:
         return _DECODER.decode(raw)
@@ -369,8 +370,9 @@ def load_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> 
     """Read and file the events of one trace. Raises ``TraceError`` with a one-line message."""
     path = os.fspath(path)
     with _Source(path, limits) as src:
-        head = src.read_up_to(STREAM_ABOVE + 1)
-        if len(head) <= STREAM_ABOVE:
+        # In a list the callee empties: the bytes are freed as soon as they are decoded.
+        head: list = [src.read_up_to(STREAM_ABOVE + 1)]
+        if len(head[0]) <= STREAM_ABOVE:
             data = _load_whole(path, head, limits)
         else:
             data = _load_streamed(path, src, head, limits)
@@ -379,7 +381,8 @@ def load_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> 
     return data
 
 
-def _load_whole(path: str, raw: bytes, limits: LoadLimits) -> TraceData:
+def _load_whole(path: str, head: list[bytes], limits: LoadLimits) -> TraceData:
+    raw = head.pop()
     try:
         doc = _decode(path, raw)
     except RecursionError:
@@ -402,11 +405,11 @@ def _load_whole(path: str, raw: bytes, limits: LoadLimits) -> TraceData:
     return data
 
 
-def _load_streamed(path: str, src: _Source, head: bytes, limits: LoadLimits) -> TraceData:
+def _load_streamed(path: str, src: _Source, head: list[bytes], limits: LoadLimits
+                   ) -> TraceData:
     data = TraceData(path=path)
     guard = _Guard(data, limits.max_events)
-    splitter = EventSplitter(src.read, _batch_decoder(path), first=head)
-    del head
+    splitter = EventSplitter(src.read, _batch_decoder(path), first=head.pop())
     try:
         for events in splitter:
             data.n_events += len(events)

@@ -60,8 +60,9 @@ class GzipReader:
                     break
                 raise StreamError("gzip", "truncated or corrupt gzip data")
             try:
-                # Bounded output per call: one call may not inflate a bomb in one go.
-                out = self._inflate.decompress(chunk, max(n, READ))
+                # Bounded output per call, in pieces of at most 4 MiB: zlib grows its output
+                # buffer by doubling, so one large call would briefly hold twice its output.
+                out = self._inflate.decompress(chunk, min(max(n, READ), 4 * READ))
             except zlib.error:
                 raise StreamError("gzip", "truncated or corrupt gzip data") from None
             if self._inflate.eof:
