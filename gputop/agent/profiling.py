@@ -266,6 +266,21 @@ def profile_all_threads_supported() -> bool:
     return True
 
 
+def _trace_only(with_stack: bool) -> dict[str, Any]:
+    """``experimental_config`` that skips building the profiler's Python event objects at
+    stop (on the training thread): the agent only exports the trace. Not with the Python
+    tracer (torch turns it off there, with a warning in the job's stderr), nor where this
+    torch lacks it."""
+    if with_stack:
+        return {}
+    try:
+        from torch.profiler import _ExperimentalConfig
+
+        return {"experimental_config": _ExperimentalConfig(trace_only=True)}
+    except (ImportError, TypeError):
+        return {}
+
+
 def _activities() -> list[Any]:
     import torch
     from torch.profiler import ProfilerActivity
@@ -716,6 +731,7 @@ class CaptureController:
                 record_shapes=job.params["record_shapes"],
                 with_stack=job.params["with_stack"],
                 profile_memory=job.params["profile_memory"],
+                **_trace_only(job.params["with_stack"]),
             )
             job.profiler.start()
             job.marks.append(now)
