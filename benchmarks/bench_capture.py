@@ -10,11 +10,12 @@ prints:
   boundary, warm-up and 3 recorded steps, export, py-spy's start and stop, the analysis);
 - trace MB: the trace as written (gzip) and its JSON, and the JSON the profiler exported
   before the agent cut it to its budget (32 MB per recorded step);
-- step ratio: the job's mean step time during the capture (the steps the profiler ran in:
-  the warm-up and recorded steps) over its mean step time outside it (up to 30 steps before
-  and 15 after); goal <= 1.5 for the default. In brackets, the same until the agent's reply
-  (the trace is written meanwhile) and over the whole command's run (its Python start-up,
-  py-spy and the analysis share the machine's cores with the job);
+- step ratio: the job's mean step time during the capture (the steps that overlap the time
+  from the profiler's start to the agent's reply: the start, warm-up and recorded steps, the
+  stop, the trace written on another thread) over its mean step time outside it (up to 30
+  steps before and 15 after); goal <= 1.5 for the default. In brackets, the longest step
+  during it over the same mean, and the mean ratio over the whole command's run (its Python
+  start-up, py-spy and the analysis share the machine's cores with the job);
 - verdict and where: what the capture named, and the line (py-spy, or the tracer's frames).
 
 Then the figures of the former bench_capture_cli.py: how soon a capture reports a job that
@@ -106,19 +107,20 @@ def steps_of(log: Path) -> list[tuple[float, float]]:
     return out
 
 
-def step_ratio(log: Path, t0: float, t1: float) -> tuple[float | None, int]:
+def step_ratio(log: Path, t0: float, t1: float) -> tuple[float | None, float | None, int]:
+    """(mean step time of the steps that overlap [t0, t1], and the longest of them, each over
+    the mean step time outside (up to 30 steps before, 15 after); how many steps)."""
     steps = steps_of(log)[3:]  # the first steps are start-up (compile, workers)
-    # A step is in the window when its middle is: the job logs a step's end just after the
-    # optimizer hook where the agent marks it, so ends alone would count the step before.
-    during = [e - s for s, e in steps if t0 < (s + e) / 2 < t1]
-    before = [e - s for s, e in steps if (s + e) / 2 <= t0][-30:]
-    after = [e - s for s, e in steps if (s + e) / 2 >= t1][:15]
+    during = [e - s for s, e in steps if e > t0 and s < t1]
+    before = [e - s for s, e in steps if e <= t0][-30:]
+    after = [e - s for s, e in steps if s >= t1][:15]
     outside = before + after
     if not during or not outside:
-        return None, len(during)
+        return None, None, len(during)
     # Means, not medians: with DataLoader workers steps come in pairs (one waits for a batch,
     # the next finds one ready), and a median picks one of the two.
-    return statistics.fmean(during) / statistics.fmean(outside), len(during)
+    usual = statistics.fmean(outside)
+    return statistics.fmean(during) / usual, max(during) / usual, len(during)
 
 
 def json_mb(trace: str) -> float:
@@ -175,16 +177,14 @@ def capture(pid: int, env: dict, log: Path, mode: list[str], stop: Path | None,
             wait_steps(pid, steps_after, proc)
         except (RuntimeError, TimeoutError):
             pass
-    # The profiler acts on the job from its start (a step boundary) to the end of the last
-    # recorded step; the trace is written on another thread until the reply; py-spy samples
-    # from the request on (it only reads the job's memory); the command runs beside it all.
+    # The capture acts on the job from the profiler's start (at a step boundary: the step
+    # that ends there pays for the start) to the agent's reply (the steps recorded, the
+    # profiler's stop, the trace written on another thread); py-spy samples from the request
+    # on (it only reads the job's memory); the command's own work runs beside it all.
     start = cap.get("profiler_started_wall") or t0
-    walls = cap.get("walls") or []
-    end_profiled = walls[-1] if len(walls) >= 2 and cap.get("mode") == "steps" else None
-    row["ratio"], row["steps_during"] = step_ratio(log, start, end_profiled or
-                                                   cap.get("replied_wall") or t1)
-    row["ratio_reply"], _ = step_ratio(log, start, cap.get("replied_wall") or t1)
-    row["ratio_cmd"], _ = step_ratio(log, t0, t1)
+    row["ratio"], row["worst"], row["steps_during"] = step_ratio(
+        log, start, cap.get("replied_wall") or t1)
+    row["ratio_cmd"], _, _ = step_ratio(log, t0, t1)
     return row
 
 
@@ -234,13 +234,13 @@ def hung_status_s() -> float:
 def fmt(row: dict) -> str:
     if not row.get("ok"):
         return f"FAILED: {row.get('error')}"
-    ratio = f"x{row['ratio']:.2f}" if row.get("ratio") is not None else "n/a"
-    ratio_cmd = f"x{row['ratio_cmd']:.2f}" if row.get("ratio_cmd") is not None else "n/a"
-    ratio_reply = (f"x{row['ratio_reply']:.2f}" if row.get("ratio_reply") is not None
-                   else "n/a")
+    def x(key: str) -> str:
+        return f"x{row[key]:.2f}" if row.get(key) is not None else "n/a"
+
+    ratio, worst, ratio_cmd = x("ratio"), x("worst"), x("ratio_cmd")
     return (f"{row['capture_s']:6.1f} s  {row['gz_mb']:7.2f} MB gz {row['json_mb']:7.1f} MB JSON "
-            f"(profiler {row['profiler_mb']:7.1f})  {ratio:>7} ({row['steps_during']} steps; to "
-            f"the reply {ratio_reply}, command {ratio_cmd})  "
+            f"(profiler {row['profiler_mb']:7.1f})  {ratio:>7} ({row['steps_during']} steps, "
+            f"worst {worst}; command {ratio_cmd})  "
             f"{row['verdict']}: {row['where']}"
             + (f"  [cut: {row['cut']} notes]" if row.get("cut") else "")
             + (f"  [reported {row['exit_report_s']:.2f} s after the exit]"
