@@ -22,7 +22,11 @@ Then the figures of the former bench_capture_cli.py: how soon a capture reports 
 exits in the middle of it (from the job's exit), and that a hung agent's status returns at
 its timeout.
 
-Usage: python benchmarks/bench_capture.py [--jobs NAME,...] [--no-baseline]
+Usage: python benchmarks/bench_capture.py [--jobs NAME,...] [--no-baseline] [--device cuda]
+
+On a GPU machine, `--device cuda` runs the same jobs with the model and the batches on the GPU
+(`--jobs getitem-nw0,getitem-nw2,pin-memory,compile,step-2s,exits --no-baseline` first: the
+baseline's tracer is the one that hurt the H200 job of issue 24).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 JOBS_SCRIPT = REPO / "tests" / "scripts" / "capture_jobs.py"
 TIMEOUT_S = 600.0
+DEVICE = ["cpu"]  # --device
 
 # name -> (arguments of capture_jobs.py, steps to wait for before capturing)
 JOBS = {
@@ -192,6 +197,7 @@ def run_job(name: str, modes: dict[str, list[str]], env: dict, work: Path) -> di
     """Every mode's capture of the job: one job for all of them, except the job that exits
     (a fresh one per capture)."""
     args, warm = JOBS[name]
+    args = [*args, "--device", DEVICE[0]]
     rows: dict[str, dict] = {}
     modes = {m: a for m, a in modes.items() if m == "default" or name not in NO_BASELINE}
     runs = [[m] for m in modes] if name == "exits" else [list(modes)]
@@ -252,12 +258,16 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names")
     parser.add_argument("--no-baseline", action="store_true", help="the default capture only")
+    parser.add_argument("--device", default="cpu",
+                        help="the jobs' device: cuda runs the same jobs on a GPU (to be run "
+                        "on a machine with one)")
     args = parser.parse_args()
     names = [n for n in args.jobs.split(",") if n]
     unknown = [n for n in names if n not in JOBS]
     if unknown:
         parser.error(f"unknown job(s): {', '.join(unknown)}; known: {', '.join(JOBS)}")
     modes = {"default": []} if args.no_baseline else MODES
+    DEVICE[0] = args.device
     work = Path(tempfile.mkdtemp(prefix="gputop-bench-capture-"))
     os.chmod(work, 0o700)
     runtime = work / "xdg"

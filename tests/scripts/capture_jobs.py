@@ -94,11 +94,15 @@ def main() -> int:
     p.add_argument("--stop-file", default=None, help="--kind exits: end once this exists")
     p.add_argument("--seconds", type=float, default=900.0, help="run at most this long")
     p.add_argument("--step-log", default=None)
+    p.add_argument("--device", default="cpu", help="cuda: the same jobs on a GPU "
+                   "(benchmarks/bench_capture.py --device cuda)")
     args = p.parse_args()
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model: nn.Module = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, 4))
+    device = torch.device(args.device)
+    model: nn.Module = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(),
+                                     nn.Linear(32, 4)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if args.kind == "compile":
         model = torch.compile(model)
@@ -111,6 +115,7 @@ def main() -> int:
     end = time.monotonic() + args.seconds
     step, started = 0, time.time()
     for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
