@@ -4,7 +4,7 @@ Each scenario runs for real (simulated NVML, the stand-in processes, psutil) but
 steps one simulated second per sample, so a few seconds of sampling give the charts 90 s of
 history. The samples then feed the app without a terminal, at a fixed size, with the live rules
 run over them (the findings panel). For the diagnosis screen, the input-starved demo's real
-training process is captured through its agent (3 steps, with Python stacks) and the trace
+training process is captured through the capture service (3 steps, py-spy beside) and the trace
 analyzed, as `p` does; for the stacks view, the tour's first stand-in without an agent (GPU 0
 runs the torch trainer with the agent) and its workers are sampled with py-spy, as `p` does on
 a process without the agent.
@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gputop.agent.client import list_agents, request_capture  # noqa: E402
-from gputop.diagnostics.stack_lines import format_source_lines, top_source_lines  # noqa: E402
-from gputop.diagnostics.trace import TraceAnalysis, analyze_trace  # noqa: E402
+from gputop.agent.client import list_agents  # noqa: E402
+from gputop.capture.service import CaptureSettings, capture  # noqa: E402
+from gputop.diagnostics.trace import TraceAnalysis  # noqa: E402
 from gputop.model import Snapshot  # noqa: E402
 from gputop.session import open_sampler  # noqa: E402
 from gputop.stacks.profile import StackReport  # noqa: E402
@@ -66,7 +66,7 @@ class Capture:
     pid: int
     trace: str
     analysis: TraceAnalysis
-    source: str = ""  # the source lines of the top costs (the trace has Python stacks)
+    source: str = ""  # where in the code the top costs are (py-spy joined to the steps)
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,8 @@ def capture_gpu0(snap: Snapshot, out: Path) -> Capture:
         if time.monotonic() > deadline:
             raise SystemExit(f"screenshots: pid {pid} has no agent (is torch installed?)")
         time.sleep(0.1)
-    trace = request_capture(pid, out=str(out), with_stack=True)["trace"]
-    return Capture(pid, trace, analyze_trace(trace),
-                   format_source_lines(top_source_lines(trace)))
+    result = capture(pid, CaptureSettings(out=str(out)))  # what `p` does
+    return Capture(pid, result.trace, result.analysis, result.source_text())
 
 
 def stacks_without_agent(snap: Snapshot) -> Stacks:

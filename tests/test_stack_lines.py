@@ -1,5 +1,5 @@
-"""With the agent, a capture records Python stacks (with_stack) and the report names the source
-lines of the top host costs: on a real job through `gputop capture`, and on written traces
+"""With the agent, a capture asked for the profiler's Python stacks (``--with-stack``) names the
+source lines of the top host costs from them: on a real job through `gputop capture`, and on written traces
 whose self times are known (nesting, C calls counted to their caller, broken nesting)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def job(tmp_path_factory):
 
 def test_a_capture_names_the_source_line_of_the_dataloader(job):
     proc, env = job
-    done = run_cli("capture", str(proc.pid), "--json", env=env)
+    done = run_cli("capture", str(proc.pid), "--json", "--with-stack", "--no-stacks", env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     costs = report["source_lines"]
@@ -47,7 +47,7 @@ def test_a_capture_names_the_source_line_of_the_dataloader(job):
     top = costs[0]["lines"][0]
     assert top["frame"] == f"slow_loader_train.py({GETITEM_LINE}): __getitem__", top
     assert top["share"] > 0.5 and top["self_ms"] > 0
-    human = run_cli("capture", str(proc.pid), env=env)
+    human = run_cli("capture", str(proc.pid), "--with-stack", "--no-stacks", env=env)
     assert human.returncode == 0, human.stderr
     section = human.stdout.split("Source lines of the top host costs", 1)[1]
     assert re.search(r"DataLoader \([\d.]+ ms\):\n +[\d.]+ % +[\d.]+ ms  "
@@ -63,9 +63,9 @@ def test_with_dataloader_workers_the_line_is_the_users_loop_not_selectors(tmp_pa
                                     "--workers", "2"), env)
         with running(proc):
             wait_for_steps(proc.pid, steps=2)
-            done = run_cli("capture", str(proc.pid), "--json", env=env)
+            done = run_cli("capture", str(proc.pid), "--json", "--with-stack", env=env)
     assert done.returncode == 0, done.stderr
-    costs = json.loads(done.stdout)["source_lines"]
+    costs = [c for c in json.loads(done.stdout)["source_lines"] if c.get("from") != "py-spy"]
     assert costs and costs[0]["cost"] == "DataLoader", costs
     top = costs[0]["lines"][0]
     # main was running when the profiler started: torch names it by the line it was on then.
@@ -73,11 +73,12 @@ def test_with_dataloader_workers_the_line_is_the_users_loop_not_selectors(tmp_pa
     assert top["share"] > 0.5
 
 
-def test_no_with_stack_records_none(job):
+def test_without_with_stack_the_trace_has_no_python_frames(job):
     proc, env = job
-    done = run_cli("capture", str(proc.pid), "--json", "--no-with-stack", env=env)
+    done = run_cli("capture", str(proc.pid), "--json", env=env)  # the default
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["source_lines"] == []
+    lines = json.loads(done.stdout)["source_lines"]
+    assert lines and all(cost["from"] == "py-spy" for cost in lines)  # the samples' only
 
 
 def write_trace(path, events) -> str:

@@ -49,9 +49,12 @@ def test_a_gzip_bomb_is_refused_within_bounded_memory(tmp_path):
         f.write(b"]}")
     assert bomb.stat().st_size < 2 << 20
     done, peak_kib = analyze_with_peak(str(bomb))
-    line = one_error_line(done)
-    assert "200 MB" in line and "--max-trace-mb" in line
+    line = one_error_line(done)  # read through in batches: ~1 GB of nothing, no events
+    assert "no profiler events" in line
     assert peak_kib < 300 * 1024
+    # With a byte limit set, it is refused as soon as it passes the limit.
+    line = one_error_line(analyze_with_peak("--max-trace-mb", "200", str(bomb))[0])
+    assert "200 MB" in line and "--max-trace-mb" in line
 
 
 def test_dev_zero_and_a_fifo_are_refused_without_reading(tmp_path):
@@ -89,7 +92,20 @@ def test_a_fifo_is_read_when_asked(tmp_path):
 def test_limits_are_settable_and_named_in_the_error(tmp_path):
     path = tmp_path / "t.json"
     path.write_bytes(trace_json())
-    assert "--max-events" in one_error_line(run_cli("analyze", "--max-events", "1", str(path)))
+    # Over --max-events, CPU operators are cut (the step never is) and the report says so.
+    cut = run_cli("analyze", "--max-events", "1", "--json", str(path))
+    assert cut.returncode == 0, cut.stderr
+    report = json.loads(cut.stdout)
+    assert report["cut"] and "1 CPU operators cut" in report["cut"][0]
+    assert "--max-events 1 held events" in report["cut"][0]
+    # Device work is never cut: more of it than the limit refuses the trace, naming the limit.
+    doc = json.loads(trace_json())
+    doc["traceEvents"] += [{"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": 10 + i, "dur": 1,
+                            "pid": 0, "tid": 7} for i in range(3)]
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps(doc))
+    line = one_error_line(run_cli("analyze", "--max-events", "2", str(gpu)))
+    assert "--max-events" in line and "never cut" in line and "GB of memory" in line
     assert "--max-trace-mb" in one_error_line(
         run_cli("analyze", "--max-trace-mb", "0.0001", str(path)))
     assert run_cli("analyze", str(path)).returncode == 0

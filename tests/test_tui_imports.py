@@ -1,6 +1,7 @@
 """The sampling, diagnosis and stacks layers stay importable without Textual (they run in `gputop
 snapshot`, `watch`, `record` and inside tests that have no terminal); so do the fleet's ssh
-side and the exporter (`watch --hosts`, `stream` and `exporter` draw nothing)."""
+side, the exporter (`watch --hosts`, `stream` and `exporter` draw nothing) and the capture
+service (under `gputop capture` as under the TUI's `p`). And the import arrows run one way."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from tests.conftest import REPO, cli_env
 PROBE = """
 import importlib, json, pkgutil, sys
 import gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter
+import gputop.capture
 names = []
-for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter):
+for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter,
+                gputop.capture):
     names.append(package.__name__)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         names.append(info.name)
@@ -40,6 +43,7 @@ def test_collect_and_diagnostics_never_import_textual():
     assert any(name.startswith("gputop.diagnostics.") for name in result["imported"])
     assert "gputop.stacks.pyspy" in result["imported"]
     assert {"gputop.fleet.monitor", "gputop.exporter.metrics"} <= set(result["imported"])
+    assert "gputop.capture.service" in result["imported"]  # under the CLI and the TUI alike
     assert result["textual"] == []
 
 
@@ -55,6 +59,7 @@ def test_the_probe_would_see_textual():
 
 
 def test_walk_covers_every_module_file():
+    import gputop.capture
     import gputop.collect
     import gputop.diagnostics
     import gputop.exporter
@@ -62,8 +67,106 @@ def test_walk_covers_every_module_file():
     import gputop.stacks
 
     for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet,
-                    gputop.exporter):
+                    gputop.exporter, gputop.capture):
         files = {p.stem for p in (REPO / package.__name__.replace(".", "/")).glob("*.py")
                  if p.stem != "__init__"}
         walked = {info.name for info in pkgutil.iter_modules(package.__path__)}
         assert files <= walked
+
+
+# -- import arrows: tui/ and commands/ sit on the services, never on each other ----------------
+
+CAPTURE_MODULES = ("gputop.capture", "gputop.commands.capture", "gputop.commands.capture_job",
+                   "gputop.agent.client", "gputop.agent.jobs", "gputop.agent.profiling",
+                   "gputop.agent.trace_budget", "gputop.stacks.timeline",
+                   "gputop.stacks.trace_join", "gputop.fleet.capture", "gputop.tui.app")
+
+
+def import_graph(root) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, anywhere in it (inside functions too: a
+    lazy import is still an arrow), read from the source with ``ast``."""
+    import ast
+
+    mods = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = path
+    top = root.name
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                deps.add(module)
+                deps.update(f"{module}.{a.name}" for a in node.names)
+        graph[name] = {d for d in deps if d in mods and d != name and d.startswith(top)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The import circles: strongly connected groups of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(group)
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_tui_module_imports_the_commands_and_no_capture_module_is_in_a_circle():
+    graph = import_graph(REPO / "gputop")
+    assert "gputop.capture.service" in graph and "gputop.tui.app" in graph
+    tui_to_commands = sorted((m, d) for m, deps in graph.items() if m.startswith("gputop.tui")
+                             for d in deps if d.startswith("gputop.commands"))
+    assert tui_to_commands == []
+    # Both the command line and the TUI call the capture service.
+    assert "gputop.capture.service" in graph["gputop.tui.app"]
+    assert "gputop.capture.service" in graph["gputop.commands.capture"]
+    circles = [c for c in cycles(graph) if any(m.startswith(CAPTURE_MODULES) for m in c)]
+    assert circles == []
+
+
+def test_the_import_checks_see_a_circle_and_an_arrow_up(tmp_path):
+    """The checks above can fail: a package with both faults shows both."""
+    pkg = tmp_path / "gputop"
+    for folder in ("tui", "commands", "capture"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tui" / "app.py").write_text("def f():\n    from gputop.commands import capture\n")
+    (pkg / "commands" / "capture.py").write_text("from ..capture import service\n")
+    (pkg / "capture" / "service.py").write_text("import gputop.commands.capture\n")
+    graph = import_graph(pkg)
+    assert "gputop.commands.capture" in graph["gputop.tui.app"]
+    assert {"gputop.commands.capture", "gputop.capture.service"} in cycles(graph)

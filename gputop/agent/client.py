@@ -8,6 +8,7 @@ Everything here blocks: run it in a thread, never on an event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import select
@@ -467,8 +468,10 @@ def request_capture(
     with_stack: bool = False,
     start_step: int | None = None,
     warmup: int | None = None,
+    message: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Record ``steps`` optimizer steps of ``pid``; returns the agent's reply (with "trace").
+    """Record ``steps`` optimizer steps of ``pid`` (or send ``message``, a whole capture
+    request); returns the agent's reply (with "trace").
 
     ``on_progress`` gets the agent's ``status["capture"]`` dict about every POLL_S seconds;
     when ``should_stop()`` turns true the request is abandoned (the agent cancels it).
@@ -476,7 +479,8 @@ def request_capture(
     """
     deadline = time.monotonic() + timeout + REPLY_MARGIN_S
     with AgentConnection(pid, timeout=5.0) as conn:
-        conn.send(capture_message(steps, timeout, out, with_stack, start_step, warmup))
+        conn.send(message or capture_message(steps, timeout, out, with_stack, start_step,
+                                             warmup))
         while not conn.wait_readable(POLL_S):
             if should_stop is not None and should_stop():
                 raise AgentError(f"capture of pid {pid} abandoned", "cancelled")
@@ -490,7 +494,11 @@ def request_capture(
             reply = check_reply(conn.receive(max(0.1, deadline - time.monotonic())), pid)
         except AgentError as exc:
             if exc.code == "exited":
-                raise AgentError(f"process {pid} exited during the capture", "exited") from None
+                # The agent may have said more: "... before the capture finished (why)".
+                detail = str(exc).partition("before the capture finished")[2].strip()
+                raise AgentError(f"process {pid} exited during the capture"
+                                 + (f" {detail}" if detail.startswith("(") else ""),
+                                 "exited") from None
             raise
     return checked_trace_reply(reply, pid, conn.peer_uid, conn.root)
 
@@ -523,11 +531,19 @@ def partial_note(reply: dict[str, Any]) -> str | None:
 
 
 def trace_limits(reply: dict[str, Any]):
-    """How to read the trace an agent named: as another user's file (root capturing a user's
-    job), it must be a regular file owned by the agent's user, not reached through a link."""
+    """How to read the trace an agent named: no larger than the size budget of the capture
+    asked for (an agent writes no more: ``profiling.JSON_PER_STEP`` per recorded step; a
+    sparse 5 GB file is refused unread); as another user's file (root capturing a user's
+    job), a regular file owned by the agent's user, not reached through a link."""
+    from gputop.agent.profiling import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS
     from gputop.diagnostics.trace_load import LoadLimits
 
+    steps = reply.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or reply.get("mode") != "steps":
+        steps = DEFAULT_STEPS
+    budget = JSON_PER_STEP * min(MAX_STEPS, max(1, steps)) + (1 << 20)  # and the header
+    limits = LoadLimits(max_bytes=budget, bytes_limit_name="the capture's size budget")
     uid = reply.get("agent_uid")
     if isinstance(uid, int) and uid != os.geteuid():
-        return LoadLimits(owner_uid=uid, follow_links=False)
-    return LoadLimits()
+        return dataclasses.replace(limits, owner_uid=uid, follow_links=False)
+    return limits

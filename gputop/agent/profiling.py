@@ -6,6 +6,14 @@ not see the training thread's ops. The Chrome trace is written by a short-lived 
 so the training thread only pays for starting and stopping the profiler. Where nothing steps an
 optimizer, a time-window capture profiles all threads from the server side (when torch can).
 
+Every capture is bounded (README "What a capture costs"): the detail that grows without bound
+is off unless asked for (the Python tracer ``with_stack``, shapes, memory events); the recording
+stops at the first step boundary after ``MAX_RECORD_S``; the written trace holds at most
+``JSON_PER_STEP`` bytes of JSON per recorded step (``trace_budget`` cuts the rest, shortest
+events first, and the trace and the reply say what went); and a job whose steps are slower than
+the capture's deadline, or that makes none, gets a time window of all threads instead, with a
+note. What was cut or changed is listed in the reply's ``"cut"`` and ``"notes"``.
+
 torch is only imported here lazily, and only when the program has imported it already.
 """
 
@@ -19,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gputop.agent.protocol import default_capture_dir
 from gputop.agent.telemetry import StepTelemetry
@@ -31,6 +39,14 @@ DEFAULT_STEPS = 3
 DEFAULT_WARMUP = 1  # one discarded step keeps the profiler's own start-up out of the trace
 DEFAULT_TIMEOUT_S = 60.0
 MIN_FIRST_STEP_WAIT_S = 10.0  # how long "no optimizer step" waits, at least (unless timeout)
+MAX_RECORD_S = 30.0  # recording stops at the first step boundary after this (one step at least)
+JSON_PER_STEP = 32 << 20  # bytes of trace JSON per recorded step (a window counts as 3 steps)
+FALLBACK_WINDOW_S = 5.0  # the time window recorded for a job slower than the deadline
+# With the Python tracer (with_stack), a recorded step this many times slower than the job's
+# usual step ends the recording: the rest would cost as much again, and so would the
+# profiler's stop, which processes every Python call recorded.
+MAX_TRACER_SLOWDOWN = 3.0
+CUT_TIMEOUT_S = 300.0  # the child process that cuts a trace to its budget, at most
 
 _BOOL_FIELDS = ("record_shapes", "with_stack", "profile_memory")
 
@@ -133,8 +149,15 @@ def trace_file_name(now_s: float | None = None) -> str:
     return f"{socket.gethostname()}_{os.getpid()}.{ms}.pt.trace.json.gz"
 
 
-def write_trace(profiler: Any, directory: Path) -> Path:
-    """Export ``profiler``'s Chrome trace gzipped into ``directory`` with mode 0600.
+class Written(NamedTuple):
+    path: Path
+    cut: list[str]  # what was cut to fit the budget, one line each
+    json_bytes: int  # what the profiler wrote, before any cut
+
+
+def write_trace(profiler: Any, directory: Path, budget: int | None = None) -> Written:
+    """Export ``profiler``'s Chrome trace gzipped into ``directory`` with mode 0600, cut to
+    ``budget`` bytes of JSON when it is larger.
 
     The raw JSON goes to a private temporary directory next to the target and the gzip file
     appears under its final name only when complete (os.replace), so no reader ever sees half a
@@ -163,16 +186,21 @@ def write_trace(profiler: Any, directory: Path) -> Path:
             src.seek(0)
             name = trace_file_name()
             staged = os.path.join(tmpdir, name)
-            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with (
-                os.fdopen(fd, "wb") as out,
-                gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out, mtime=0) as gz,
-            ):
-                shutil.copyfileobj(src, gz, 1 << 20)
+            notes: list[str] = []
+            if budget is not None and size > budget:
+                notes = cut_trace(raw, staged, budget)
+            else:
+                fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                with (
+                    os.fdopen(fd, "wb") as out,
+                    gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out,
+                                  mtime=0) as gz,
+                ):
+                    shutil.copyfileobj(src, gz, 1 << 20)
         os.chmod(staged, 0o600)
         final = directory / name
         os.replace(staged, final)
-        return final
+        return Written(final, notes, size)
     except zlib.error as exc:
         raise OSError(5, f"compression failed: {exc}") from None
     except OSError as exc:
@@ -183,6 +211,32 @@ def write_trace(profiler: Any, directory: Path) -> Path:
         raise
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def cut_trace(raw: str, out: str, budget: int) -> list[str]:
+    """Write ``raw`` to ``out`` (gzip) cut to ``budget`` bytes of JSON, in a child process at
+    low priority (``trace_budget``): the training thread never shares its interpreter lock with
+    this work. In this thread when no child can be started."""
+    import json
+    import subprocess
+
+    why = f"over the budget of {JSON_PER_STEP >> 20} MB of JSON per recorded step"
+    root = str(Path(__file__).resolve().parents[2])  # gputop's tree, for the child's path
+    code = ("import os, sys; os.nice(10); sys.path.insert(0, sys.argv[1]); "
+            "from gputop.agent.trace_budget import main; sys.exit(main(sys.argv[2:]))")
+    if sys.executable:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-E", "-c", code, root, raw, out, str(budget), why],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=CUT_TIMEOUT_S,
+                env={**os.environ, "GPUTOP_AGENT": "0"}, check=False)
+            if done.returncode == 0:
+                return [str(n) for n in json.loads(done.stdout.decode().splitlines()[-1])]
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            pass
+    from gputop.agent.trace_budget import cut_to_budget
+
+    return cut_to_budget(raw, out, budget, why)
 
 
 # Below this much free space an export is refused or its failure called a full disk: a trace
@@ -210,6 +264,21 @@ def profile_all_threads_supported() -> bool:
     except Exception:
         return False
     return True
+
+
+def _trace_only(with_stack: bool) -> dict[str, Any]:
+    """``experimental_config`` that skips building the profiler's Python event objects at
+    stop (on the training thread): the agent only exports the trace. Not with the Python
+    tracer (torch turns it off there, with a warning in the job's stderr), nor where this
+    torch lacks it."""
+    if with_stack:
+        return {}
+    try:
+        from torch.profiler import _ExperimentalConfig
+
+        return {"experimental_config": _ExperimentalConfig(trace_only=True)}
+    except (ImportError, TypeError):
+        return {}
 
 
 def _activities() -> list[Any]:
@@ -243,6 +312,20 @@ class CaptureJob:
         self.reply_sent = threading.Event()  # the server wrote the reply to the socket
         self.steps_at_request = 0  # the agent's step count when asked
         self.first_step: int | None = None  # the step count at which the profiler started
+        # time.time() - time.perf_counter(): the marks in wall-clock time, so the monitor can
+        # place its Python stack samples (py-spy) on the trace's steps.
+        self.wall_offset = time.time() - time.perf_counter()
+        self.train_thread: int | None = None  # threading.get_ident() of the training thread
+        self.finish_reason: str | None = None  # stop at the next step boundary, and why
+        self.cut: list[str] = []  # what this capture left out, one line each
+        self.notes: list[str] = []  # what it did instead of what was asked
+        self.usual_step_s: float | None = None  # the job's p50 step time when asked
+
+    @property
+    def budget(self) -> int:
+        """Bytes of trace JSON this capture may write."""
+        steps = self.params["steps"] if self.params["mode"] == "steps" else DEFAULT_STEPS
+        return JSON_PER_STEP * max(1, steps)
 
     @property
     def total_steps(self) -> int:
@@ -300,6 +383,7 @@ class CaptureController:
             directory = prepare_capture_dir(params["out"])
             job = CaptureJob(params, directory)
             job.steps_at_request = self.telemetry.steps
+            job.usual_step_s = self.telemetry.status().get("step_time_p50_s")
             start = params["start_step"]
             if start is not None and job.steps_at_request >= start:
                 raise CaptureError(
@@ -310,6 +394,10 @@ class CaptureController:
                     raise CaptureError("busy", self._busy_message())
                 self.job = job
             if params["mode"] == "steps":
+                slow = self._slower_than_deadline(params)
+                if slow is not None and profile_all_threads_supported():
+                    self._to_window(job, slow, params["timeout"])
+                    return self._time_window(job, client_gone)
                 self.telemetry.on_step = self._on_step
                 return self._wait_for_steps(job, client_gone)
             return self._time_window(job, client_gone)
@@ -351,6 +439,9 @@ class CaptureController:
         self._finishing = True
         try:
             recorded = job.state == "recording" and job.steps_seen > job.params["warmup"]
+            # The Python tracer's recording takes many seconds to write: not at exit, where
+            # it would hold the job's end up.
+            heavy = job.params["with_stack"]
             prof = job.profiler
             try:
                 self._stop_profiler(job)
@@ -358,10 +449,11 @@ class CaptureController:
                 self.telemetry.record_error(exc)
                 prof = None
             reply = None
-            if recorded and prof is not None:
+            if recorded and prof is not None and not heavy:
                 try:
-                    path = write_trace(prof, job.directory)
-                    reply = self._success(job, path)
+                    written = write_trace(prof, job.directory, job.budget)
+                    job.cut.extend(written.cut)
+                    reply = self._success(job, written)
                     done = max(0, job.steps_seen - job.params["warmup"])
                     reply["partial"] = True
                     reply["partial_reason"] = (f"{why} after {done} of {job.params['steps']} "
@@ -370,7 +462,9 @@ class CaptureController:
                     self.telemetry.record_error(exc)
             with self._lock:
                 self._finish_locked(job, reply or _error(
-                    "exited", f"{why} before the capture finished"))
+                    "exited", f"{why} before the capture finished" + (
+                        " (a --with-stack recording is not written at exit: it would hold "
+                        "the exit up)" if recorded and heavy else "")))
             job.reply_sent.wait(3.0)  # the connection thread writes it to the socket
         finally:
             self._finishing = False
@@ -439,7 +533,29 @@ class CaptureController:
 
     def _first_step_wait(self, timeout: float) -> float:
         p95 = self.telemetry.status().get("step_time_p95_s") or 0.0
-        return min(timeout, max(MIN_FIRST_STEP_WAIT_S, 3.0 * p95))
+        return min(timeout / 2, max(MIN_FIRST_STEP_WAIT_S, 3.0 * p95))
+
+    def _slower_than_deadline(self, params: dict[str, Any]) -> str | None:
+        """Why the steps asked for cannot be recorded before the deadline (the job's recent
+        steps say so), or None."""
+        p95 = self.telemetry.status().get("step_time_p95_s")
+        if not p95:
+            return None
+        # The next step boundary starts the profiler, then warm-up and recorded steps.
+        need = (1 + params["warmup"] + params["steps"]) * p95
+        if need <= params["timeout"]:
+            return None
+        return (f"the job's steps take {p95:.3g} s (p95), so {params['warmup']} warm-up and "
+                f"{params['steps']} recorded steps need about {need:.0f} s, more than the "
+                f"capture's {params['timeout']:g} s deadline")
+
+    def _to_window(self, job: CaptureJob, why: str, time_left: float) -> None:
+        """Record a time window of all threads instead of steps, and say so."""
+        seconds = max(0.5, min(FALLBACK_WINDOW_S, time_left))
+        job.params = {**job.params, "mode": "seconds", "seconds": seconds, "steps": 0,
+                      "warmup": 0, "start_step": None}
+        job.notes.append(f"{why}: recorded a {seconds:g} s time window of all threads instead "
+                         "(whatever each thread ran in it, not whole steps)")
 
     def _wait_for_steps(self, job: CaptureJob, client_gone: Callable[[], bool]) -> dict[str, Any]:
         timeout = job.params["timeout"]
@@ -462,6 +578,13 @@ class CaptureController:
             elif client_gone():
                 self.cancel("cancelled", "the client went away")
             elif (job.state == "waiting" and waited > first_wait
+                  and self.telemetry.steps == job.steps_at_request
+                  and profile_all_threads_supported() and self._claim_for_window(
+                      job, f"no optimizer step in {waited:.0f} s (a step slower than that, "
+                      "inference, or a stuck job)", timeout - waited)):
+                reply = self._time_window(job, client_gone)
+                return {**reply, "_sent": job.reply_sent}
+            elif (job.state == "waiting" and waited > first_wait
                   and self.telemetry.steps == job.steps_at_request):
                 hint = (
                     f"; a time-window capture does not need steps: gputop capture {os.getpid()} "
@@ -473,7 +596,16 @@ class CaptureController:
                     "no-steps",
                     f"no optimizer step in {waited:.0f} s (inference, or a stuck job?){hint}",
                 )
-            elif waited > timeout:
+            elif waited > timeout and job.finish_reason is None and job.state == "recording" \
+                    and job.steps_seen > job.params["warmup"]:
+                # Steps are recorded: keep them. The profiler stops at the next step boundary.
+                job.finish_reason = f"the capture's {timeout:g} s deadline passed"
+                give_up_at = now + max(5.0, 2.0 * (
+                    self.telemetry.status().get("step_time_p95_s") or 0.0))
+            elif job.finish_reason is not None and give_up_at is not None and now > give_up_at:
+                self.cancel("timeout", f"no step boundary came after {job.finish_reason} "
+                            "to stop the recording at")
+            elif waited > timeout and job.finish_reason is None:
                 p = job.progress()
                 self.cancel(
                     "timeout",
@@ -483,6 +615,17 @@ class CaptureController:
         reply = dict(job.reply or _error("capture-failed", "the capture ended without a result"))
         reply["_sent"] = job.reply_sent  # set by the server once the reply is written
         return reply
+
+    def _claim_for_window(self, job: CaptureJob, why: str, time_left: float) -> bool:
+        """Turn a step capture that still waits (the training thread has not started the
+        profiler) into a time window; False when it no longer waits."""
+        with self._lock:
+            if job.state != "waiting" or self.job is not job or job.cancel_code is not None:
+                return False
+            self.telemetry.on_step = None
+            self._to_window(job, why, time_left)
+            job.state = "recording"
+            return True
 
     def _finish_locked(self, job: CaptureJob, reply: dict[str, Any]) -> None:
         if job.done.is_set():
@@ -524,12 +667,29 @@ class CaptureController:
                                                      f"could start (now at step {steps})"))
                     return
                 job.first_step = steps
+                job.train_thread = threading.get_ident()
                 self._start_profiler(job, now)
             elif job.state in ("warmup", "recording"):
                 job.marks.append(now)
                 job.steps_seen += 1
+                warmup, steps = job.params["warmup"], job.params["steps"]
+                recorded = job.steps_seen - warmup
+                if 0 < recorded < steps and job.finish_reason is None:
+                    if now - job.marks[warmup] >= MAX_RECORD_S:
+                        job.finish_reason = (f"the recording reached its {MAX_RECORD_S:g} s "
+                                             "limit")
+                    elif job.params["with_stack"] and job.usual_step_s:
+                        slower = (now - job.marks[-2]) / job.usual_step_s
+                        if slower > MAX_TRACER_SLOWDOWN:
+                            job.finish_reason = (f"the Python tracer made the step {slower:.0f}x "
+                                                 "slower")
+                if job.finish_reason is not None and 0 < recorded < steps:
+                    job.cut.append(f"{steps - recorded} of {steps} steps not recorded: "
+                                   f"{job.finish_reason}")
+                    self._hand_off(job)  # stops the profiler here: the steps so far are kept
+                    return
                 job.profiler.step()
-                if job.steps_seen >= job.params["warmup"]:
+                if job.steps_seen >= warmup:
                     job.state = "recording"
                 if job.trace_ready:
                     self._hand_off(job)
@@ -562,8 +722,8 @@ class CaptureController:
             job.trace_ready = True
 
         with self._lock:
-            if job.cancel_code is not None or self.job is not job:
-                return
+            if job.cancel_code is not None or self.job is not job or job.state != "waiting":
+                return  # cancelled, or turned into a time window meanwhile
             job.profiler = profile(
                 activities=_activities(),
                 schedule=schedule,
@@ -571,6 +731,7 @@ class CaptureController:
                 record_shapes=job.params["record_shapes"],
                 with_stack=job.params["with_stack"],
                 profile_memory=job.params["profile_memory"],
+                **_trace_only(job.params["with_stack"]),
             )
             job.profiler.start()
             job.marks.append(now)
@@ -600,7 +761,8 @@ class CaptureController:
 
     def _export(self, job: CaptureJob, prof: Any) -> None:
         try:
-            path = write_trace(prof, job.directory)
+            written = write_trace(prof, job.directory, job.budget)
+            job.cut.extend(written.cut)
         except OSError as exc:
             reason = exc.strerror or str(exc)
             self._finish(
@@ -610,9 +772,10 @@ class CaptureController:
         except Exception as exc:
             self._finish(job, _error("export-failed", f"trace export failed: {exc}"[:300]))
             return
-        self._finish(job, self._success(job, path))
+        self._finish(job, self._success(job, written))
 
-    def _success(self, job: CaptureJob, path: Path) -> dict[str, Any]:
+    def _success(self, job: CaptureJob, written: Written) -> dict[str, Any]:
+        path = written.path
         warmup = job.params["warmup"]
         marks = job.marks[warmup:] if job.params["mode"] == "steps" else job.marks
         summary: dict[str, Any] = {"duration_s": None, "step_time_mean_s": None}
@@ -626,6 +789,7 @@ class CaptureController:
                 round(sum(s[2] for s in waits) / total, 4) if total else None
             )
         summary["blocked_s"] = round(job.blocked_s, 6)
+        recorded = max(0, len(marks) - 1) if job.params["mode"] == "steps" else 0
         try:
             size = path.stat().st_size
         except OSError:
@@ -646,6 +810,18 @@ class CaptureController:
             "warmup": job.params["warmup"],
             "seconds": job.params["seconds"],
             "summary": summary,
+            "profiler_started_wall": (round(job.marks[0] + job.wall_offset, 6)
+                                      if job.marks else None),
+            # For the monitor's Python stack samples: the wall-clock times of the recorded
+            # step boundaries (or of the window's start and end) and the training thread.
+            "walls": [round(m + job.wall_offset, 6) for m in marks][:MAX_STEPS + 1],
+            "train_thread": job.train_thread,
+            "recorded_steps": recorded,
+            "with_stack": job.params["with_stack"],
+            "budget_bytes": job.budget,
+            "profiler_json_bytes": written.json_bytes,
+            "cut": job.cut[:16],
+            "notes": job.notes[:16],
         }
 
     # --- time window (server side, all threads) ----------------------------------------------
@@ -667,6 +843,7 @@ class CaptureController:
             self._finish(job, _error("capture-failed", f"profiler failed to start: {exc}"[:300]))
             return job.reply or {}
         job.state = "recording"
+        job.train_thread = self.telemetry.step_thread
         job.marks.append(time.perf_counter())
         end = time.monotonic() + seconds
         while time.monotonic() < end and job.cancel_code is None:

@@ -41,11 +41,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         action="store_true",
         help="one JSON object per trace, one per line (JSON Lines)",
     )
-    p.add_argument("--max-trace-mb", type=float, default=200, metavar="MB",
-                   help="refuse a trace larger than this once decompressed (default 200 MB: "
-                   "a bound on memory for a broken or hostile file)")
-    p.add_argument("--max-events", type=int, default=1_000_000, metavar="N",
-                   help="refuse a trace with more events than this (default 1000000)")
+    p.add_argument("--max-trace-mb", type=float, default=None, metavar="MB",
+                   help="refuse a trace larger than this once decompressed (default: no limit; "
+                   "a trace of any size is read in batches, its size costs time, not memory)")
+    p.add_argument("--max-events", type=int, default=None, metavar="N",
+                   help="hold at most N events in memory (default 3000000, about 2 GB); past "
+                   "it memory events, Python frames, then CPU operators are cut, shortest "
+                   "first, and the report says so; more steps and device work than N refuse "
+                   "the trace")
     p.add_argument("--allow-special-files", action="store_true",
                    help="also read a FIFO or device, e.g. <(zcat trace.json.gz); refused by "
                    "default, since reading one may never end")
@@ -97,12 +100,15 @@ def _report_width() -> int:
 def run(args: argparse.Namespace) -> int:
     # Imported here so `gputop --help` and the other commands never pay for the analysis code.
     from gputop.diagnostics.trace import TraceError, analyze_trace, compare_job
-    from gputop.diagnostics.trace_load import LoadLimits
+    from gputop.diagnostics.trace_load import MAX_EVENTS, LoadLimits
 
-    if not 0 < args.max_trace_mb <= 1e6 or args.max_events <= 0:
+    if (args.max_trace_mb is not None and not 0 < args.max_trace_mb <= 1e9) or (
+            args.max_events is not None and args.max_events <= 0):
         raise UsageError("--max-trace-mb and --max-events must be positive")
-    limits = LoadLimits(max_bytes=int(args.max_trace_mb * 1e6), max_events=args.max_events,
-                        allow_special=args.allow_special_files)
+    limits = LoadLimits(
+        max_bytes=None if args.max_trace_mb is None else int(args.max_trace_mb * 1e6),
+        max_events=MAX_EVENTS if args.max_events is None else args.max_events,
+        allow_special=args.allow_special_files)
     traces, errors = _expand(args.traces)
     for error in errors:
         print(f"gputop: error: {_one_line(error)}", file=sys.stderr)

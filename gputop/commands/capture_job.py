@@ -15,71 +15,33 @@ import json
 import sys
 from typing import Any
 
-from gputop.agent.client import AgentError, partial_note, trace_limits
 from gputop.errors import UsageError
 from gputop.format import safe_text
 
 
-def run(args: argparse.Namespace, pid: int) -> int:
-    from gputop.agent.jobs import capture_job, find_job
+def run(args: argparse.Namespace, pid: int, settings) -> int:
+    """``settings``: the service's CaptureSettings from the same options."""
+    from gputop.capture.service import CaptureFailed, capture_job
 
-    if args.seconds is not None:
-        raise UsageError("--job records steps: give --steps, not --seconds")
-    try:
-        job = find_job(pid)
-    except AgentError as exc:
-        raise UsageError(safe_text(exc), exit_code=1) from None
-    for note in job.unreachable:
-        print(f"gputop: warning: {safe_text(note)}", file=sys.stderr)
+    def unreachable(job) -> None:
+        for note in job.unreachable:
+            print(f"gputop: warning: {safe_text(note)}", file=sys.stderr)
+
     progress = None if args.json else (lambda text: print(f"gputop: {text}", file=sys.stderr))
     try:
-        result = capture_job(job, 3 if args.steps is None else args.steps, args.timeout,
-                             warmup=args.warmup, out=args.out, with_stack=args.with_stack,
-                             on_progress=progress)
-    except OSError as exc:
-        raise UsageError(f"cannot create the capture directory: {exc.strerror or exc}",
-                         exit_code=1) from None
-    for failed in result.failed:
-        print(f"gputop: warning: rank {failed.agent.rank} (pid {failed.agent.pid}) has no trace: "
-              f"{safe_text(failed.error)}", file=sys.stderr)
-    analyses, problems = analyse_ranks(result)
-    for problem in problems:
-        print(f"gputop: warning: {safe_text(problem)}", file=sys.stderr)
-    if not analyses:
+        done = capture_job(pid, settings, on_progress=progress, on_job=unreachable)
+    except CaptureFailed as exc:
+        raise UsageError(str(exc), exit_code=2 if exc.code == "usage" else 1) from None
+    for problem in [*done.failed, *done.problems]:
+        print(f"gputop: warning: {problem}", file=sys.stderr)
+    if not done.analyses:
         print("gputop: error: no rank of the job gave a trace to analyse", file=sys.stderr)
         return 1
-    from gputop.diagnostics.trace import compare_job
-
-    jobs = compare_job([a for a, _ in analyses])
-    cross = jobs[0] if jobs else None
     if args.json:
-        print(json.dumps(_json(result, analyses, cross)))
+        print(json.dumps(_json(done.capture, done.analyses, done.cross)))
     else:
-        print(_text(result, analyses, cross))
+        print(_text(done.capture, done.analyses, done.cross))
     return 0
-
-
-def analyse_ranks(result) -> tuple[list[tuple[Any, Any]], list[str]]:
-    """Each captured rank's analysis, with its pid and command line for the next steps."""
-    from gputop.commands.capture import process_cmdline
-    from gputop.diagnostics.trace import TraceError, analyze_trace
-
-    out, problems = [], []
-    for rc in result.captured:
-        note = partial_note(rc.reply)
-        if note:
-            problems.append(f"rank {rc.agent.rank}: {note}")
-        try:
-            a = analyze_trace(rc.reply["trace"], trace_limits(rc.reply), pid=rc.agent.pid,
-                              cmdline=process_cmdline(rc.agent.pid))
-        except TraceError as exc:
-            problems.append(f"rank {rc.agent.rank}: cannot analyze its trace: {exc}")
-            continue
-        out.append((a, rc))
-    if not result.aligned() and len(result.captured) > 1:
-        problems.append("the ranks did not all record from the same step; the comparison "
-                        "aligns what they share")
-    return out, problems
 
 
 def _json(result, analyses, cross) -> dict[str, Any]:

@@ -41,6 +41,9 @@ class TraceAnalysis:
     assessed: list[str] = field(default_factory=list)
     not_assessed: list[str] = field(default_factory=list)
     rank: int | None = None
+    # What the trace lost to a size or memory budget, one line each (the agent's cut before it
+    # wrote the trace, the loader's over --max-events): the analysis is of what was kept.
+    cut: list[str] = field(default_factory=list)
     # The measured data behind ``metrics`` (interval sets, per-step roles); not serialised.
     details: TraceMetrics | None = field(default=None, repr=False, compare=False)
     # Set when analysed with the other ranks of its job (``compare_job``).
@@ -55,6 +58,7 @@ class TraceAnalysis:
             "healthy_reason": self.healthy_reason,
             "assessed": list(self.assessed),
             "not_assessed": list(self.not_assessed),
+            "cut": list(self.cut),
             **({"cross_rank": self.cross_rank.to_json()} if self.cross_rank is not None else {}),
         }
 
@@ -87,13 +91,14 @@ def analyze_trace(
         with _gc_paused():
             data = load_trace(path, limits)
             tm = compute_metrics(data)
+            cut = list(data.cut)
             del data  # events are no longer needed; the metrics keep what the rules read
             if pid is not None:
                 tm.details["pid"] = pid
             if cmdline:
                 tm.details["app"] = app_of(cmdline)
             findings = run_rules(tm)
-        return _analysis(os.fspath(path), tm, findings)
+        return _analysis(os.fspath(path), tm, findings, cut)
     except TraceError:
         raise
     except MemoryError:
@@ -106,7 +111,8 @@ def analyze_trace(
                          "trace") from None
 
 
-def _analysis(path: str, tm: TraceMetrics, findings: list[Finding]) -> TraceAnalysis:
+def _analysis(path: str, tm: TraceMetrics, findings: list[Finding],
+              cut: list[str] | None = None) -> TraceAnalysis:
     findings = order_findings(findings)
     judged = verdict(findings)
     if judged == "healthy" and tm.gpu_unrecorded:
@@ -121,6 +127,7 @@ def _analysis(path: str, tm: TraceMetrics, findings: list[Finding]) -> TraceAnal
         assessed=list(tm.assessed),
         not_assessed=list(tm.not_assessed),
         rank=tm.rank,
+        cut=list(cut or []),
         details=tm,
     )
 

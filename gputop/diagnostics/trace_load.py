@@ -13,6 +13,14 @@ filed by kind. Schema variants handled here so the metrics never see them:
 - Triton kernels launched through the driver API (``cuLaunchKernel``);
 - ``deviceProperties`` and the older ``computeProperties`` (``major``/``minor``);
 - the Chrome "JSON array" form (a bare list of events).
+
+Size: a trace up to ``STREAM_ABOVE`` bytes of JSON is decoded whole (the fast path every
+normal trace takes); a larger one is read in batches of whole events (``trace_stream``), so
+its bytes never sit in memory at once, whatever its size (2 GB and more). What bounds memory is
+the events held: at most ``LoadLimits.max_events``; past that the least telling events are cut,
+shortest first (``trace_cut``: memory events and instants, then Python frames, then CPU
+operators), and the analysis says what was cut. Device work, runtime calls and steps are never
+cut: a trace with more of them than the limit is refused, naming the limit.
 """
 
 from __future__ import annotations
@@ -21,14 +29,23 @@ import math
 import os
 import re
 import stat
-import zlib
 from dataclasses import dataclass, field
 
 import msgspec
 
+from gputop.diagnostics import trace_cut
+from gputop.diagnostics.trace_stream import READ, EventSplitter, GzipReader, StreamError
+
 
 class TraceError(Exception):
     """The file cannot be analysed; the message is one line, meant for the user."""
+
+
+# What one held event costs, measured (benchmarks/bench_analyze_big.py): the Event struct,
+# its strings and its share of the lists and the metrics built from them.
+BYTES_PER_EVENT = 700
+MAX_EVENTS = 3_000_000  # ~2 GB of memory for the analysis, whatever the file's size
+STREAM_ABOVE = 64 << 20  # bytes of JSON decoded whole; a larger trace is read in batches
 
 
 @dataclass(frozen=True)
@@ -36,21 +53,24 @@ class LoadLimits:
     """Bounds on what one trace may cost, so a hostile or broken file (a gzip bomb, /dev/zero,
     a FIFO) fails in one line instead of taking the machine's memory or hanging.
 
-    The defaults hold every real trace we have seen with room to spare (the largest, an 8-GPU
-    vLLM/diffusion capture, is 61 MB of JSON and ~130 000 events) while a refused file costs
-    at most ~250 MB of memory; `gputop analyze --max-trace-mb/--max-events` raise them."""
+    Memory is bounded by the events held (``max_events``, ~700 bytes each), not by the size of
+    the file: a trace of any size is read in batches. Past ``max_events`` the least telling
+    events are cut (and the analysis says so); device work and steps beyond it refuse the
+    trace. ``max_bytes`` (JSON after decompression) refuses larger files when set: unset by
+    default, since bytes cost time, not memory; `gputop analyze --max-trace-mb` sets it."""
 
-    max_bytes: int = 200_000_000  # JSON after decompression
-    max_events: int = 1_000_000
+    max_bytes: int | None = None
+    max_events: int = MAX_EVENTS
     allow_special: bool = False  # read a FIFO or device (e.g. <(zcat trace.gz)) when asked
     # A trace named by another user's agent (root capturing a user's job): the file must be
     # that user's own, and its last path component is not followed if it is a link.
     owner_uid: int | None = None
     follow_links: bool = True
+    # What ``max_bytes`` is, for the error: the option that set it, or the capture's budget.
+    bytes_limit_name: str = "the --max-trace-mb limit"
 
 
 DEFAULT_LIMITS = LoadLimits()
-_CHUNK = 1 << 20
 
 
 class EventArgs(msgspec.Struct, gc=False):
@@ -101,9 +121,12 @@ class TraceFile(msgspec.Struct, gc=False):
     deviceProperties: list[DeviceProps] | None = None
     computeProperties: list[DeviceProps] | None = None
     distributedInfo: DistributedInfo | None = None
+    # Written by the gputop agent: {"cut": ["what was cut and why", ...], ...}.
+    gputop: dict | None = None
 
 
 _DECODER = msgspec.json.Decoder(TraceFile | list[Event])
+_BATCH_DECODER = msgspec.json.Decoder(list[Event])
 _BARE_NA = re.compile(rb'(?<!")N/A(?!")')
 
 # Category (lower-cased) -> role. 2021 traces use capitalised names (Operator, Runtime, ...).
@@ -163,53 +186,76 @@ class TraceData:
     profiler_span: tuple[float, float] | None = None  # the "PyTorch Profiler (0)" span
     n_events: int = 0
     dropped_events: int = 0  # negative or non-finite times: skipped
+    # What was cut, one line each: by the agent before it wrote the trace, and on loading
+    # (over LoadLimits.max_events).
+    cut: list[str] = field(default_factory=list)
 
 
 def _too_large(path: str, limits: LoadLimits) -> TraceError:
-    return TraceError(f"{path}: larger than {limits.max_bytes / 1e6:g} MB of JSON; if it is a "
-                      f"real trace, raise the limit with `gputop analyze --max-trace-mb`")
+    return TraceError(f"{path}: larger than {limits.max_bytes / 1e6:g} MB of JSON "
+                      f"({limits.bytes_limit_name})")
 
 
-def _gunzip(path: str, fh, first: bytes, limits: LoadLimits) -> bytes:
-    """Decompress every gzip member of ``fh`` (``first`` already read), stopping as soon as
-    the output passes ``limits.max_bytes``: a bomb costs the limit, not its expansion."""
-    out: list[bytes] = []
-    total = 0
-    pending = first
-    decomp = zlib.decompressobj(wbits=31)
-    while True:
-        chunk = pending or fh.read(_CHUNK)
-        pending = b""
-        if not chunk:
-            break
-        while chunk:
-            # Small pieces: zlib grows one output buffer by doubling, so a single call allowed
-            # the whole limit would briefly hold twice it.
+class _Source:
+    """The trace's JSON bytes, read piece by piece (gzip inflated on the way, whatever the file
+    is called). Opened without blocking (a FIFO would wait for a writer for ever) and checked
+    on the descriptor, so what is checked is what is read."""
+
+    def __init__(self, path: str, limits: LoadLimits) -> None:
+        self.path, self.limits, self.total = path, limits, 0
+        fd = _open_checked(path, limits)
+        try:
+            self._fh = os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            first = self._fh.read(READ)
+        except OSError as exc:
+            self.close()
+            raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        if first[:2] == b"\x1f\x8b":  # gzip magic
+            self._first, self._read = b"", GzipReader(self._fh, first).read
+        else:
+            self._first, self._read = first, self._fh.read
+
+    def read(self, n: int) -> bytes:
+        if self._first:
+            out, self._first = self._first, b""
+        else:
             try:
-                piece = decomp.decompress(chunk, min(_CHUNK * 16, limits.max_bytes + 1 - total))
-            except zlib.error:
-                raise TraceError(f"{path}: truncated or corrupt gzip data") from None
-            total += len(piece)
-            out.append(piece)
-            if total > limits.max_bytes:
-                raise _too_large(path, limits)
-            chunk = decomp.unconsumed_tail
-        if decomp.eof:  # the next member, if any (gzip allows several in one file)
-            pending = decomp.unused_data
-            decomp = zlib.decompressobj(wbits=31)
-            if not pending:
-                pending = fh.read(_CHUNK)
-                if not pending:
-                    return b"".join(out)
-            if pending[:2] != b"\x1f\x8b":
-                return b"".join(out)  # trailing garbage after the last member: ignored
-    # The file ended inside a member.
-    raise TraceError(f"{path}: truncated or corrupt gzip data")
+                out = self._read(n)
+            except StreamError as exc:
+                raise TraceError(f"{self.path}: {exc}") from None
+            except OSError as exc:
+                raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        self.total += len(out)
+        if self.limits.max_bytes is not None and self.total > self.limits.max_bytes:
+            raise _too_large(self.path, self.limits)
+        return out
+
+    def read_up_to(self, size: int) -> bytearray:
+        """Up to ``size`` bytes, in one buffer grown in place (msgspec decodes it as it is:
+        no second copy of the trace)."""
+        buf = bytearray()
+        while len(buf) < size:
+            chunk = self.read(max(READ, size - len(buf)))
+            if not chunk:
+                break
+            buf += chunk
+        return buf
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> _Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _read_bytes(path: str, limits: LoadLimits = DEFAULT_LIMITS) -> bytes:
-    """The trace's JSON bytes, bounded. Opened without blocking (a FIFO would wait for a writer
-    for ever) and checked on the descriptor, so what is checked is what is read."""
+def _open_checked(path: str, limits: LoadLimits) -> int:
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     if not limits.follow_links:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -244,31 +290,22 @@ def _read_bytes(path: str, limits: LoadLimits = DEFAULT_LIMITS) -> bytes:
                              f"{limits.owner_uid}; not read")
         # gzip adds a few bytes per 32 KiB at worst: a file this much larger is over the limit
         # whatever it holds (a 5 GB sparse file is refused without reading it).
-        if stat.S_ISREG(mode) and st.st_size > limits.max_bytes * 1.01 + 4096:
+        if (limits.max_bytes is not None and stat.S_ISREG(mode)
+                and st.st_size > limits.max_bytes * 1.01 + 4096):
             raise _too_large(path, limits)
         if not stat.S_ISREG(mode):
             if not limits.allow_special:
                 raise TraceError(f"{path}: not a regular file (a device, FIFO or socket); "
                                  "pass --allow-special-files to read one")
             os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1  # the file object owns it now
-            first = fh.read(min(_CHUNK, limits.max_bytes + 1))
-            if first[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-                return _gunzip(path, fh, first, limits)
-            raw = first + fh.read(max(0, limits.max_bytes + 1 - len(first)))
-            if len(raw) > limits.max_bytes:
-                raise _too_large(path, limits)
-            return raw
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
-def _decode(path: str, raw: bytes) -> TraceFile | list[Event]:
-    if not raw.strip():
+def _decode(path: str, raw: bytes | bytearray) -> TraceFile | list[Event]:
+    if not raw or raw.isspace():  # (strip() would copy the whole trace)
         raise TraceError(f"{path}: empty file, not a trace")
     try:
         return _DECODER.decode(raw)
@@ -298,12 +335,7 @@ def _decode_tolerant(path: str, raw: bytes) -> TraceFile | list[Event]:
     )
     if not isinstance(items, list):
         raise TraceError(f"{path}: not a Chrome trace (no traceEvents)")
-    events = []
-    for item in items:
-        try:
-            events.append(msgspec.convert(item, Event, strict=False))
-        except msgspec.ValidationError:
-            continue
+    events = _tolerant_events(items)
     if isinstance(doc, list):
         return events
     header = {k: v for k, v in doc.items() if k != "traceEvents"}
@@ -313,6 +345,16 @@ def _decode_tolerant(path: str, raw: bytes) -> TraceFile | list[Event]:
         trace = TraceFile()
     trace.traceEvents = events
     return trace
+
+
+def _tolerant_events(items: object) -> list[Event]:
+    events = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            events.append(msgspec.convert(item, Event, strict=False))
+        except msgspec.ValidationError:
+            continue
+    return events
 
 
 def _devices(trace: TraceFile) -> list[Device]:
@@ -334,12 +376,20 @@ def _devices(trace: TraceFile) -> list[Device]:
 def load_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> TraceData:
     """Read and file the events of one trace. Raises ``TraceError`` with a one-line message."""
     path = os.fspath(path)
-    raw = _read_bytes(path, limits)
-    # An upper bound on the events (every event has a "ph"), counted before decoding: the
-    # decoded events cost ~10x their JSON, so the bound is checked before that is spent.
-    if raw.count(b'"ph"') > limits.max_events:
-        raise TraceError(f"{path}: more than {limits.max_events} events; if it is a real "
-                         "trace, raise the limit with `gputop analyze --max-events`")
+    with _Source(path, limits) as src:
+        # In a list the callee empties: the bytes are freed as soon as they are decoded.
+        head: list = [src.read_up_to(STREAM_ABOVE + 1)]
+        if len(head[0]) <= STREAM_ABOVE:
+            data = _load_whole(path, head, limits)
+        else:
+            data = _load_streamed(path, src, head, limits)
+    if not (data.steps or data.cpu_ops or data.runtime or data.kernels or data.python):
+        raise TraceError(f"{path}: no profiler events (not a torch.profiler trace?)")
+    return data
+
+
+def _load_whole(path: str, head: list[bytes], limits: LoadLimits) -> TraceData:
+    raw = head.pop()
     try:
         doc = _decode(path, raw)
     except RecursionError:
@@ -352,16 +402,159 @@ def load_trace(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> 
     else:
         if doc.traceEvents is None:
             raise TraceError(f"{path}: not a Chrome trace (no traceEvents)")
-        events, data = doc.traceEvents, TraceData(path=path, devices=_devices(doc))
-        if doc.distributedInfo is not None:
-            data.rank = doc.distributedInfo.rank
-            data.world_size = doc.distributedInfo.world_size
-            data.backend = doc.distributedInfo.backend
+        events, data = doc.traceEvents, TraceData(path=path)
+        _take_header(data, doc)
+    guard = _Guard(data, limits.max_events)
     data.n_events = len(events)
     _file_events(data, events)
-    if not (data.steps or data.cpu_ops or data.runtime or data.kernels or data.python):
-        raise TraceError(f"{path}: no profiler events (not a torch.profiler trace?)")
+    guard.check()
+    guard.finish()
     return data
+
+
+def _load_streamed(path: str, src: _Source, head: list[bytes], limits: LoadLimits
+                   ) -> TraceData:
+    data = TraceData(path=path)
+    guard = _Guard(data, limits.max_events)
+    splitter = EventSplitter(src.read, _batch_decoder(path), first=head.pop())
+    try:
+        for events in splitter:
+            data.n_events += len(events)
+            _file_events(data, events)
+            guard.check()
+        header = _decode(path, splitter.header or b"[]")
+    except StreamError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply to be a trace") from None
+    if not isinstance(header, list):
+        _take_header(data, header)
+    guard.finish()
+    return data
+
+
+def _batch_decoder(path: str):
+    def decode(batch: bytes) -> list[Event]:
+        try:
+            return _BATCH_DECODER.decode(batch)
+        except msgspec.ValidationError:
+            # A field of an unexpected type: keep every event of the batch that reads.
+            return _tolerant_events(msgspec.json.decode(batch))
+        except msgspec.DecodeError:
+            if b"N/A" in batch:
+                fixed = _BARE_NA.sub(b'"N/A"', batch)
+                if fixed != batch:
+                    return decode(fixed)
+            raise
+
+    return decode
+
+
+def _take_header(data: TraceData, doc: TraceFile) -> None:
+    data.devices = _devices(doc)
+    if doc.distributedInfo is not None:
+        data.rank = doc.distributedInfo.rank
+        data.world_size = doc.distributedInfo.world_size
+        data.backend = doc.distributedInfo.backend
+    data.cut[:0] = _agent_cut_notes(doc.gputop)
+
+
+MAX_NOTES, MAX_NOTE = 16, 400
+
+
+def _agent_cut_notes(info: object) -> list[str]:
+    """The agent's lines on what it cut, bounded (a trace is untrusted input)."""
+    notes = info.get("cut") if isinstance(info, dict) else None
+    if not isinstance(notes, list):
+        return []
+    return [" ".join(n.split())[:MAX_NOTE] for n in notes[:MAX_NOTES] if isinstance(n, str)]
+
+
+class _Guard:
+    """Holds the events of one trace to ``max_events``: past it, the tiers of
+    ``trace_cut`` lose their shortest events (memory events and instants, then Python
+    frames, then CPU operators), down to three quarters of the limit so that a long trace is
+    not cut again at every batch; device work and steps are never cut."""
+
+    def __init__(self, data: TraceData, max_events: int) -> None:
+        self.data, self.max_events = data, max_events
+        self.min_dur = {trace_cut.PYTHON: -1.0, trace_cut.CPU_OP: -1.0}
+        self.cut = [0] * len(trace_cut.TIER_NAMES)
+        self.drop_memory = False
+        self._seen = {"python": 0, "cpu_ops": 0, "memory": 0}
+
+    def _held(self) -> int:
+        d = self.data
+        return (len(d.steps) + len(d.cpu_ops) + len(d.python) + len(d.runtime) + len(d.kernels)
+                + len(d.memcpys) + len(d.memsets) + len(d.gpu_syncs) + len(d.memory))
+
+    def check(self) -> None:
+        d = self.data
+        # What came in since the last check meets the thresholds already raised.
+        if self.drop_memory:
+            self.cut[trace_cut.OTHER] += len(d.memory)
+            d.memory = []
+        for name, tier in (("python", trace_cut.PYTHON), ("cpu_ops", trace_cut.CPU_OP)):
+            floor = self.min_dur[tier]
+            events = getattr(d, name)
+            seen = self._seen[name]
+            if floor >= 0 and len(events) > seen:
+                kept = self._keep(events[seen:], tier, floor)
+                self.cut[tier] += len(events) - seen - len(kept)
+                events[seen:] = kept
+            self._seen[name] = len(events)
+        excess = self._held() - self.max_events
+        if excess <= 0:
+            return
+        target = excess + self.max_events // 4
+        if d.memory and not self.drop_memory:
+            self.drop_memory = True
+            target -= len(d.memory)
+            self.cut[trace_cut.OTHER] += len(d.memory)
+            d.memory = []
+        for name, tier in (("python", trace_cut.PYTHON), ("cpu_ops", trace_cut.CPU_OP)):
+            if target <= 0:
+                break
+            events = getattr(d, name)
+            cuttable = sorted(e.dur for e in events
+                              if tier != trace_cut.CPU_OP or not trace_cut.is_key_op(e.name))
+            if not cuttable:
+                continue
+            floor = cuttable[min(len(cuttable) - 1, target)]
+            self.min_dur[tier] = max(self.min_dur[tier], floor)
+            kept = self._keep(events, tier, self.min_dur[tier])
+            target -= len(events) - len(kept)
+            self.cut[tier] += len(events) - len(kept)
+            setattr(d, name, kept)
+            self._seen[name] = len(kept)
+        if self._held() > self.max_events:
+            raise TraceError(
+                f"{d.path}: more than {self.max_events:,} events that are never cut (steps, "
+                "device work, runtime calls): analysing it would take over "
+                f"{self.max_events * BYTES_PER_EVENT / 1e9:.1f} GB of memory; raise "
+                "--max-events if this machine has that")
+
+    @staticmethod
+    def _keep(events: list[Event], tier: int, floor: float) -> list[Event]:
+        if tier == trace_cut.CPU_OP:
+            key = trace_cut.is_key_op
+            return [e for e in events if e.dur > floor or key(e.name)]
+        return [e for e in events if e.dur > floor]
+
+    def finish(self) -> None:
+        if not any(self.cut):
+            return
+        why = (f"over --max-events {self.max_events:,} held events (about "
+               f"{self.max_events * BYTES_PER_EVENT / 1e9:.1f} GB of memory)")
+        held = {trace_cut.PYTHON: len(self.data.python), trace_cut.CPU_OP: len(self.data.cpu_ops),
+                trace_cut.OTHER: len(self.data.memory)}
+        counts = [(held.get(i, 0), n) for i, n in enumerate(self.cut)]
+        floors = [None] * len(self.cut)
+        for tier, floor in self.min_dur.items():
+            if floor >= 0:
+                floors[tier] = trace_cut.duration_bin(floor) + 1
+        self.data.cut.extend(f"on loading: {line}"
+                             for line in trace_cut.describe_cut(counts, floors, why))
 
 
 def _file_events(data: TraceData, events: list[Event]) -> None:
@@ -404,4 +597,4 @@ def _file_events(data: TraceData, events: list[Event]) -> None:
         elif ph == "i" or ph == "I":
             if ev.name == "[memory]":
                 memory(ev)
-    data.dropped_events = dropped
+    data.dropped_events += dropped

@@ -184,6 +184,8 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
         cost = f"  (costs {ms_h(f.cost_s * 1e3)})" if f.cost_s > 0 else ""
         lines += _wrap(f"{i}. [{f.severity.upper()}] {f.id}: {f.title}{cost}", width, "  ", "     ")
         lines += _wrap(f"Evidence: {f.evidence}", width, "     ", "       ")
+        if f.where:  # set by `gputop capture` from py-spy samples joined to the steps
+            lines += _wrap(f"Where: {f.where}", width, "     ", "       ")
         lines += _wrap(f"Fix: {f.fix}", width, "     ", "       ")
         lines += _wrap(f"Next: {f.next_step}", width, "     ", "       ")
 
@@ -249,6 +251,8 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
     lines += _wrap("Assessed: " + "; ".join(a.assessed), width, "", "  ")
     if a.not_assessed:
         lines += _wrap("Not assessed: " + "; ".join(a.not_assessed), width, "", "  ")
+    if a.cut:  # detail the trace lost to its budget: what the analysis could not see
+        lines += _wrap("Cut: " + "; ".join(a.cut), width, "", "  ")
     # Op, kernel and device names come from the file: no line may carry a terminal escape.
     return "\n".join(safe_text(line) for line in lines) + "\n"
 

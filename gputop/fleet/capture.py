@@ -177,7 +177,8 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
             next_step=_text(item.get("next_step")),
             cost_s=float(cost) if _number(cost) and 0 <= cost < 1e9 else 0.0,
             gpu=item.get("gpu") if _whole(item.get("gpu")) else None,
-            pid=item.get("pid") if _whole(item.get("pid")) else None))
+            pid=item.get("pid") if _whole(item.get("pid")) else None,
+            where=_text(item.get("where")) or None))
     metrics = reply.get("metrics")
 
     def strings(values: object) -> list[str]:
@@ -192,6 +193,7 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
         healthy_reason=_text(reply.get("healthy_reason")) or None,
         assessed=strings(reply.get("assessed")),
         not_assessed=strings(reply.get("not_assessed")),
+        cut=strings(reply.get("cut")),
     )
     return analysis, skipped
 

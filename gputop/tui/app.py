@@ -819,8 +819,10 @@ class GputopApp(App[int]):
 
     @work(thread=True, group="capture", exit_on_error=False)
     def _run_capture(self, pid: int) -> None:
-        """Off the event loop: the agent records the steps, then the trace is analyzed here."""
-        from gputop.agent.client import AgentError, progress_text, request_capture, trace_limits
+        """Off the event loop: the capture service records the steps (the bounded defaults of
+        `gputop capture`) and analyses the trace."""
+        from gputop.agent.client import progress_text
+        from gputop.capture.service import CaptureFailed, CaptureSettings, capture
 
         worker = get_current_worker()
         shown = [""]
@@ -829,41 +831,28 @@ class GputopApp(App[int]):
             if not worker.is_cancelled:  # the app is leaving: nobody to tell
                 self.call_from_thread(method, *args)
 
-        def progress(capture: dict) -> None:
-            stage = progress_text(capture)
+        def progress(status: dict) -> None:
+            stage = progress_text(status)
             if stage != shown[0]:
                 shown[0] = stage
                 tell(self._capture_stage, pid, stage)
 
         try:
-            reply = request_capture(pid, CAPTURE_STEPS, self.capture_timeout,
-                                    on_progress=progress,
-                                    should_stop=lambda: worker.is_cancelled, with_stack=True)
-        except AgentError as exc:
+            result = capture(pid, CaptureSettings(steps=CAPTURE_STEPS,
+                                                  timeout=self.capture_timeout),
+                             on_progress=progress, should_stop=lambda: worker.is_cancelled)
+        except CaptureFailed as exc:
             tell(self._capture_failed, pid, str(exc))
             return
         except Exception as exc:  # never a traceback on screen: one line, and go on
             tell(self._capture_failed, pid, f"capture of pid {pid} failed: {exc}")
             return
-        trace = reply["trace"]
-        tell(self._capture_stage, pid, "analyzing the trace")
-        try:
-            from gputop.commands.capture import process_cmdline
-            from gputop.diagnostics.trace import TraceError, analyze_trace
-
-            analysis = analyze_trace(trace, trace_limits(reply), pid=pid,
-                                     cmdline=process_cmdline(pid))
-            from gputop.diagnostics.stack_lines import format_source_lines, top_source_lines
-
-            source = format_source_lines(top_source_lines(trace, trace_limits(reply)))
-        except TraceError as exc:
-            tell(self._capture_failed, pid, f"cannot analyze {trace}: {exc}")
+        if result.analysis is None:
+            tell(self._capture_failed, pid, result.failure())
             return
-        except Exception as exc:
-            tell(self._capture_failed, pid,
-                 f"cannot analyze {trace}: {type(exc).__name__}: {exc}")
-            return
-        tell(self._capture_done, pid, trace, analysis, source)
+        for note in result.notes:
+            tell(self.notify, safe_text(note), severity="warning", timeout=8)
+        tell(self._capture_done, pid, result.trace, result.analysis, result.source_text())
 
     def _capture_stage(self, pid: int, stage: str) -> None:
         run = self.captures.get(pid)
@@ -928,10 +917,7 @@ class GputopApp(App[int]):
     def _run_job_capture(self, job_id: str, pid: int) -> None:
         """Off the event loop: every rank records the same steps, each trace is analysed, the
         ranks are compared."""
-        from gputop.agent.client import AgentError
-        from gputop.agent.jobs import capture_job, find_job
-        from gputop.commands.capture_job import analyse_ranks
-        from gputop.diagnostics.trace import compare_job
+        from gputop.capture.service import CaptureFailed, CaptureSettings, capture_job
         from gputop.tui.widgets.job_screen import JobResult
 
         worker = get_current_worker()
@@ -941,26 +927,24 @@ class GputopApp(App[int]):
                 self.call_from_thread(method, *args)
 
         try:
-            job = find_job(pid)
-            result = capture_job(job, CAPTURE_STEPS, self.capture_timeout,
-                                 on_progress=lambda text: tell(self._job_stage, job_id, text),
-                                 should_stop=lambda: worker.is_cancelled)
-            tell(self._job_stage, job_id, "analyzing the ranks' traces")
-            analyses, warnings = analyse_ranks(result)
-            crosses = compare_job([a for a, _ in analyses])
-        except (AgentError, OSError) as exc:
+            done = capture_job(pid, CaptureSettings(steps=CAPTURE_STEPS,
+                                                    timeout=self.capture_timeout),
+                               on_progress=lambda text: tell(self._job_stage, job_id, text),
+                               should_stop=lambda: worker.is_cancelled)
+        except CaptureFailed as exc:
             tell(self._job_failed, job_id, f"capture of job {job_id} failed: {exc}")
             return
         except Exception as exc:  # never a traceback on screen
             tell(self._job_failed, job_id,
                  f"capture of job {job_id} failed: {type(exc).__name__}: {exc}")
             return
+        result = done.capture
         failed = [f"rank {rc.agent.rank} (pid {rc.agent.pid}): {rc.error}"
                   for rc in result.failed]
         first = next((rc.reply.get("first_recorded_step") for rc in result.captured), None)
         tell(self._job_done, JobResult(job_id, str(result.directory),
                                        first if isinstance(first, int) else None,
-                                       crosses[0] if crosses else None, failed, warnings))
+                                       done.cross, failed, done.problems))
 
     def _job_stage(self, job_id: str, stage: str) -> None:
         run = self.job_captures.get(job_id)

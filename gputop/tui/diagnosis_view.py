@@ -112,6 +112,8 @@ def findings_renderable(analysis: TraceAnalysis) -> RenderableType:
         grid.add_column(no_wrap=True, style="bold")
         grid.add_column(ratio=1)
         grid.add_row("", "Evidence:", safe_text(f.evidence))
+        if f.where:  # where in the code (py-spy samples joined to the steps)
+            grid.add_row("", "Where:", safe_text(f.where))
         grid.add_row("", "Fix:", safe_text(f.fix))
         if f.next_step:
             grid.add_row("", "Next:", Text(safe_text(f.next_step), style="dim"))
