@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the known-problem jobs of benchmarks/gpu/jobs.py on a real GPU through gputop: each job
 # under `gputop run`, with `gputop record` and `gputop watch --json` beside it from its start,
-# and one `gputop capture` (3 steps) half-way. Then the plain torch.profiler traces of
+# and one default `gputop capture` (3 steps) half-way. Then the plain torch.profiler traces of
 # benchmarks/gpu/traces.py. Everything lands in one tarball.
 #
 #   benchmarks/gpu/run_real_jobs.sh OUTDIR [SECONDS] [CASE ...]
@@ -55,7 +55,7 @@ for case in "${cases[@]}"; do
     job=$!
     sleep $((seconds / 2))
     say "case $case: capture of pid $job"
-    timeout 45 "$py" -m gputop capture "$job" --steps 3 --no-with-stack --timeout 40 --json \
+    timeout 45 "$py" -m gputop capture "$job" --steps 3 --timeout 40 --json \
         >"$work/logs/$case.capture.json" 2>"$work/logs/$case.capture.err"
     say "case $case: capture exit $?"
     wait "$job"; say "case $case: job exit $?"

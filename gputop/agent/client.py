@@ -16,11 +16,11 @@ import socket
 import stat
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 # Re-exported: callers of the client need the protocol's error and constants too.
-from gputop.agent.namespaces import Located
 from gputop.agent.protocol import (  # noqa: F401
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
@@ -197,6 +197,29 @@ def _own_namespaced_agents(found: dict[int, Any]) -> dict[int, Path]:
     return agents
 
 
+@dataclass(frozen=True)
+class Located:
+    """Where an agent listens: its socket, the uid owning its directory, the pid the kernel
+    must show for its peer (0: a process this namespace cannot see) and the path prefix under
+    which its files are (``/proc/H/root`` for another mount namespace, else empty)."""
+
+    path: Path
+    owner: int
+    peer: tuple[int, ...]
+    root: str = ""
+
+
+# Searches beyond the plain one (agents in containers, gputop.agent.namespaces), tried in order
+# when the plain search finds no socket. Registered by their modules, so that this module never
+# imports them (they use this one).
+_LOCATORS: list[Callable[[int], Located | None]] = []
+
+
+def add_locator(locate: Callable[[int], Located | None]) -> None:
+    if locate not in _LOCATORS:
+        _LOCATORS.append(locate)
+
+
 def _locate(pid: int) -> Located | None:
     """The socket of ``pid``'s agent, the uid that owns its directory and the pids its peer
     may show (0 too for a host pid seen from a container: that process is invisible here)."""
@@ -209,9 +232,11 @@ def _locate(pid: int) -> Located | None:
                 return Located(path, owner, peers)
         except (OSError, AgentError):
             continue
-    from gputop.agent import namespaces  # containers, either way (issue 29)
-
-    return namespaces.locate(pid)
+    for locate in _LOCATORS:  # containers, either way (issue 29)
+        found = locate(pid)
+        if found is not None:
+            return found
+    return None
 
 
 def find_agent(pid: int) -> Path | None:

@@ -30,6 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gputop.agent.client import (
+    AgentConnection,
+    Located,
+    _owner,
+    add_locator,
+    agent_status,
+    request,
+)
 from gputop.agent.protocol import (
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
@@ -44,18 +52,6 @@ from gputop.collect.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
 MAX_FOREIGN = 64  # agents of other namespaces asked per discovery
 FOREIGN_TIMEOUT_S = 0.5
 ABSENT_KEEP_S = 10.0  # a container's GPU process without an agent is looked for again after
-
-
-@dataclass(frozen=True)
-class Located:
-    """Where an agent listens: its socket, the uid owning its directory, the pid the kernel
-    must show for its peer (0: a process this namespace cannot see) and the path prefix under
-    which its files are (``/proc/H/root`` for another mount namespace, else empty)."""
-
-    path: Path
-    owner: int
-    peer: tuple[int, ...]
-    root: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,8 +134,6 @@ def locate(pid: int) -> Located | None:
 
 def _in_container(pid: int, inner: int) -> Located | None:
     """The socket of a visible process ``pid`` whose pid in its own namespace is ``inner``."""
-    from gputop.agent.client import _owner
-
     owner = _owner(pid)
     if owner is None:
         return None
@@ -181,8 +175,6 @@ def discover() -> list[ForeignAgent]:
     by FOREIGN_TIMEOUT_S); keep those that answer, by host pid, for ``lookup``. The status
     carries the command line (``argv``, from the agent's ``hello``, asked once): this
     namespace cannot read the process's own."""
-    from gputop.agent.client import AgentConnection
-
     agents = []
     for path, inner, pidns, owner in _foreign_sockets():
         try:
@@ -226,8 +218,6 @@ def tell_host_pid(pid: int, status: dict[str, Any]) -> None:
         if (pid, pidns) in _told:
             return
         _told.add((pid, pidns))
-    from gputop.agent.client import request
-
     try:
         reply = request(pid, {"cmd": "seen", "host_pid": pid}, timeout=0.5)
     except (AgentError, OSError, ValueError):
@@ -241,8 +231,6 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
     processes in containers (by host pid; each told its host pid once); in a container, the
     agents of other namespaces that know their host pid (by that host pid, their own
     ``pid`` being another namespace's)."""
-    from gputop.agent.client import agent_status
-
     out: dict[int, dict[str, Any]] = {}
     if in_init_pidns():
         now = time.monotonic()
@@ -267,3 +255,8 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
         if host is not None and host in gpu_pids and host not in known:
             out[host] = agent.status  # its own "pid" is another namespace's
     return out
+
+
+# The client's search for an agent falls back on these (imported by what talks to agents: the
+# sampler's session and the capture service), so that the client never imports this module.
+add_locator(locate)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gputop.agent import namespaces  # noqa: F401  (finds agents in containers for the client)
 from gputop.agent.client import AgentError, partial_note, request_capture, trace_limits
 
 DEFAULT_STEPS = 3
