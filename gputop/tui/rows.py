@@ -64,10 +64,11 @@ def short_command(proc: ProcSample) -> str:
     if not proc.visible and not proc.cmdline:
         return safe_text(proc.hidden or proc.name)
     cmd = proc.cmdline or proc.name
-    first, _, rest = cmd.partition(" ")
-    if "/" in first:
-        first = os.path.basename(first)
-    return safe_text(f"{first} {rest}".strip())
+    # The program and a script given by path by their names (the process view has the whole
+    # line): in a narrow column, `python3 train.py --lr 3e-4` says more than the directories.
+    words = [os.path.basename(w) if i == 0 and "/" in w or w.endswith(".py") and "/" in w
+             else w for i, w in enumerate(cmd.split(" "))]
+    return safe_text(" ".join(words).strip())
 
 
 def groups(snapshot: Snapshot) -> list[Group]:

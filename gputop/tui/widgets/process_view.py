@@ -81,7 +81,8 @@ class ProcessScreen(Screen[None]):
         else:
             gpu_text = ",".join(map(str, gpus)) or "-"
             title.append(f"  {proc.user or '?'}  GPU {gpu_text}  {proc.state or '-'}  ")
-            title.append(short_command(proc))
+            # The whole command line here (the table shortens paths to names).
+            title.append(safe_text(proc.cmdline) if proc.cmdline else short_command(proc))
             where = tags(proc)  # MIG device, the other pid, container / pod / Slurm job
             if where:
                 title.append(f"  [{where}]", style="dim")
