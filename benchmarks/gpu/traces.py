@@ -27,6 +27,14 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
 
+def _export(prof, path: str) -> None:
+    raw = path[: -len(".gz")]
+    prof.export_chrome_trace(raw)
+    with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(raw)
+
+
 def _profiled(path: str, step, steps: int = 4, warmup: int = 2) -> None:
     sched = schedule(wait=0, warmup=warmup, active=steps, repeat=1)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
@@ -34,11 +42,7 @@ def _profiled(path: str, step, steps: int = 4, warmup: int = 2) -> None:
         for _ in range(warmup + steps):
             step()
             prof.step()
-    raw = path[: -len(".gz")]
-    prof.export_chrome_trace(raw)
-    with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    os.remove(raw)
+    _export(prof, path)
 
 
 def copy_h2d(path: str) -> None:
@@ -78,11 +82,7 @@ def final_read(path: str) -> None:
                 out = (out @ a).clamp_(-1, 1)
             prof.step()
         out.float().cpu()  # the end-of-window read: the host waits on a busy GPU
-    raw = path[: -len(".gz")]
-    prof.export_chrome_trace(raw)
-    with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    os.remove(raw)
+    _export(prof, path)
 
 
 def compiled(path: str) -> None:
