@@ -340,11 +340,13 @@ class MemoryCapture:
     # --- analysis thread -------------------------------------------------------------------------
 
     def _analyse(self, job: MemoryJob, prof: Any) -> None:
+        started = time.perf_counter()
         try:
             try:
                 report = self._report(job, prof)
             finally:
                 self._stop_quietly(job)
+            report["analysis_s"] = round(time.perf_counter() - started, 6)
             path = write_report(job.directory, report, "memory")
         except OSError as exc:
             self._finish(job, _error("export-failed", f"cannot write the memory report to "
@@ -364,7 +366,9 @@ class MemoryCapture:
             "first_recorded_step": None if job.first_step is None else job.first_step + 2,
             "growth_bytes_per_step": sum(x["bytes_per_step"] for x in report["growth"]),
             "top_growth": None if top is None else f"{top['file']}:{top['line']}",
-            "blocked_s": round(job.blocked_s, 6),
+            "blocked_s": round(job.blocked_s, 6), "analysis_s": report["analysis_s"],
+            "window_end_wall": round(job.marks[-1] / 1e9, 6),
+            "started_wall": round(job.marks[0] / 1e9, 6),
             "notes": job.notes[:16], "cut": job.cut[:16],
         })
 

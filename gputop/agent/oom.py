@@ -16,7 +16,10 @@ Two ways in, one way out (``OomWatch.observe``, which builds and writes the repo
   previous ones) with the exception's traceback, as the process is about to end.
 
 A CUDA OOM seen both ways is one report: the uncaught exception marks it fatal and adds its
-traceback. Bounded: at most ``MAX_REPORTS`` per process, one per ``MIN_INTERVAL_S`` unless
+traceback. A process out of host memory may not have the few MB the report needs: the agent
+holds ``RESERVE_BYTES`` of address space (untouched pages: no resident memory) and lets go
+of it before writing; each part of the report (the census of tensors, the allocator's
+segments, the model's storages) that still fails is left out with a note. Bounded: at most ``MAX_REPORTS`` per process, one per ``MIN_INTERVAL_S`` unless
 fatal, each a few KB (the report's lists are capped); the report goes to the capture
 directory, and a pointer ``<pid>.oom`` beside the agent's socket names it for the monitor.
 
@@ -46,6 +49,7 @@ from gputop.agent.memory_state import (
 from gputop.agent.protocol import pid_namespace, socket_dir, socket_name
 
 MAX_REPORTS = 20
+RESERVE_BYTES = 8 << 20  # address space let go of when the report is written
 MIN_INTERVAL_S = 10.0
 MAX_FRAMES = 32
 MAX_MESSAGE = 1000
@@ -101,12 +105,17 @@ class OomWatch:
         self._lock = threading.Lock()
         self._previous: tuple[Any, Any] | None = None
         self._attached = False
+        self._reserve: bytearray | None = None
 
     # --- installing -------------------------------------------------------------------------------
 
     def install(self) -> None:
         if self._previous is not None:
             return
+        try:
+            self._reserve = bytearray(RESERVE_BYTES)  # zero pages: address space, not RSS
+        except MemoryError:
+            self._reserve = None
         self._previous = (sys.excepthook, threading.excepthook)
         sys.excepthook = self._excepthook
         threading.excepthook = self._thread_excepthook
@@ -198,11 +207,19 @@ class OomWatch:
                 if self.reports >= MAX_REPORTS or (not fatal and self.last is not None
                                                    and now - self.last[0] < MIN_INTERVAL_S):
                     return None
+                self._reserve = None  # room for the report, when memory is what ran out
+                started = time.perf_counter()
                 report = self._report(device, requested, frames, message, fatal, exception,
                                       device_total, device_free)
+                report["report_s"] = round(time.perf_counter() - started, 6)
                 path = self._write(report)
                 self.reports += 1
                 self.last = (now, report, path)
+                if not fatal:
+                    try:
+                        self._reserve = bytearray(RESERVE_BYTES)
+                    except MemoryError:
+                        pass
                 return path
         except Exception as exc:
             self.telemetry.record_error(exc)
@@ -223,30 +240,42 @@ class OomWatch:
             "stack": _stack(frames),
             "device_total": device_total, "device_free": device_free,
         }
-        optimizer = self.telemetry.leader()
-        report["model"] = model_storages(optimizer, device).totals()
-        report["process"] = process_memory()
         report["allocator"] = {"caching": False}
-        report["growth"], report["live_lines"] = [], []
-        if device.startswith("cuda") and torch is not None and torch.cuda.is_initialized():
-            index = int(device.partition(":")[2] or 0)
-            snapshot = torch.cuda.memory._snapshot()
-            report["allocator"] = cuda_allocator(torch, index, snapshot)
-            report["live_lines"] = _live_lines(snapshot, index)
-            report["source"] = "allocator-state"
-        else:
-            report["source"] = "process"
+        report["growth"], report["live_lines"], report["notes"] = [], [], []
+        report["source"] = "process"
+        cuda = device.startswith("cuda") and torch is not None and torch.cuda.is_initialized()
+
+        def part(name: str, read: Any) -> None:
+            try:
+                read()
+            except Exception as exc:  # MemoryError included: the rest is still written
+                report["notes"].append(f"{name} left out: {type(exc).__name__}: {exc}"[:300])
+
+        part("the model's storages", lambda: report.__setitem__(
+            "model", model_storages(self.telemetry.leader(), device).totals()))
+        part("the process's memory", lambda: report.__setitem__("process", process_memory()))
+        if cuda:
+            part("the allocator's segments", lambda: self._cuda_part(torch, device, report))
         if torch is not None:  # what held the memory, as far as Python can see
             from gputop.agent.memory_keepers import census
 
-            report["census"] = census(torch, device)
+            part("the census of tensors", lambda: report.__setitem__(
+                "census", census(torch, device)))
         last = getattr(self.memory, "last", None)
         if last is not None and last.get("device") == device:
             report["growth"] = last.get("growth") or []
             report["growth_from"] = {"time": last.get("time"),
                                      "report": getattr(self.memory, "last_path", None)}
-        report["notes"], report["cut"] = [], []
+        report["cut"] = []
         return report
+
+    @staticmethod
+    def _cuda_part(torch: Any, device: str, report: dict[str, Any]) -> None:
+        index = int(device.partition(":")[2] or 0)
+        snapshot = torch.cuda.memory._snapshot()
+        report["allocator"] = cuda_allocator(torch, index, snapshot)
+        report["live_lines"] = _live_lines(snapshot, index)
+        report["source"] = "allocator-state"
 
     def _write(self, report: dict[str, Any]) -> Path:
         from gputop.agent.profiling import prepare_capture_dir

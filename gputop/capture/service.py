@@ -238,13 +238,13 @@ class MemoryResult:
     replied_wall: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        from gputop.memory.verdict import verdicts
+        from gputop.memory.render import report_json
 
-        data = self.report.to_json()
-        data["report"] = self.path
-        data["verdicts"] = [v.to_json() for v in verdicts(self.report)]
+        data = report_json(self.report, self.path)
         data["capture"] = {key: self.reply.get(key) for key in (
-            "steps", "recorded_steps", "first_recorded_step", "bytes", "blocked_s")}
+            "steps", "recorded_steps", "first_recorded_step", "bytes", "blocked_s",
+            "started_wall", "window_end_wall")}
+        data["capture"]["replied_wall"] = round(self.replied_wall, 6)
         return data
 
 

@@ -74,18 +74,18 @@ def _command(pid: int) -> str | None:
     return safe_text(" ".join(words))[:120] if words else None
 
 
-def _print(report, path: str, as_json: bool, command: str | None = None) -> None:
-    from gputop.memory.render import format_report
-    from gputop.memory.verdict import verdicts
-
+def _print(report, path: str, as_json: bool, data: dict | None = None,
+           command: str | None = None) -> None:
+    """The report as text, or as JSON (``data``: the capture's own, with its "capture")."""
     if as_json:
         from gputop.format import json_safe
+        from gputop.memory.render import report_json
 
-        data = report.to_json()
-        data["report"] = path
-        data["verdicts"] = [v.to_json() for v in verdicts(report)]
+        data = data if data is not None else report_json(report, path)
         sys.stdout.write(json_safe(json.dumps(data).encode()).decode() + "\n")
     else:
+        from gputop.memory.render import format_report
+
         print(format_report(report, path, command))
 
 
@@ -129,5 +129,5 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc), exit_code=1) from None
     finally:
         progress.done()
-    _print(result.report, result.path, args.json, _command(pid))
+    _print(result.report, result.path, args.json, result.to_json(), _command(pid))
     return 0

@@ -13,6 +13,15 @@ PARTS = ("activations", "parameters", "gradients", "optimizer_state", "other")
 BAR = 24
 
 
+def report_json(report: MemoryReport, path: str | None) -> dict:
+    """The report as `gputop memory --json` prints it: the report's own fields, "report": its
+    path and "verdicts" (what it says, judged)."""
+    data = report.to_json()
+    data["report"] = path
+    data["verdicts"] = [v.to_json() for v in verdicts(report)]
+    return data
+
+
 def _place(p: Place) -> str:
     where = p.location()
     if where is None:

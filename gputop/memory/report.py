@@ -173,6 +173,8 @@ class MemoryReport(msgspec.Struct, frozen=True, kw_only=True):
     live_lines: Annotated[list[SizedLine], msgspec.Meta(max_length=16)] = []
     notes: Annotated[list[Short], msgspec.Meta(max_length=16)] = []
     cut: Annotated[list[Short], msgspec.Meta(max_length=16)] = []
+    analysis_s: Annotated[float, msgspec.Meta(ge=0)] | None = None  # reading the capture
+    report_s: Annotated[float, msgspec.Meta(ge=0)] | None = None  # building an OOM report
 
     def to_json(self) -> dict:
         return msgspec.to_builtins(self)

@@ -43,13 +43,14 @@ class Verdict:
 
 
 def size(n: float | None) -> str:
-    """Bytes in binary units: 4.0 MiB, 1.25 GiB, 18 KiB."""
+    """Bytes in binary units, three figures: 4.00 MiB, 18.3 KiB, 512 MiB."""
     if n is None:
         return "n/a"
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= scale:
             value = n / scale
-            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
+            digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+            return f"{value:.{digits}f} {unit}"
     return f"{n:.0f} B"
 
 

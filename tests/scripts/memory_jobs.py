@@ -12,8 +12,11 @@ benchmarks (run under `gputop run`, so with the agent):
 * ``raise-oom``: raises ``torch.OutOfMemoryError`` itself after a few steps (what CUDA's
   allocator raises), uncaught.
 
-``--device cuda`` runs the same on a GPU (benchmarks/gpu/memory_check.py). Prints ``training``
-once the loop runs.
+``--device cuda`` runs the same on a GPU (benchmarks/gpu/memory_check.py); on CUDA, ``oom``
+caps the process's share of the GPU with ``torch.cuda.set_per_process_memory_fraction``
+(``--fraction``) instead of the address space, so it fails fast and harms nothing else. Prints
+``training`` once the loop runs; ``--step-log FILE`` writes ``<step> <start> <end>``
+(time.time()) per step, for benchmarks/bench_memory.py.
 """
 
 from __future__ import annotations
@@ -62,12 +65,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--headroom-mib", type=int, default=384,
                         help="oom: address space allowed beyond start-up")
+    parser.add_argument("--fraction", type=float, default=0.02,
+                        help="oom on CUDA: the share of the GPU's memory the process may use")
+    parser.add_argument("--step-log", default=None)
     args = parser.parse_args()
     torch.manual_seed(0)
     model, x = model_for(args.kind, args.device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    if args.kind == "oom":
+    if args.kind == "oom" and args.device.startswith("cuda"):
+        torch.cuda.set_per_process_memory_fraction(args.fraction)
+    elif args.kind == "oom":
         limit_address_space(args.headroom_mib)
+    log = open(args.step_log, "a", buffering=1) if args.step_log else None
     print("training", flush=True)
     end = time.monotonic() + args.seconds
     step = 0
@@ -83,6 +92,9 @@ def main() -> None:
         if args.kind == "raise-oom" and step == 20:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         time.sleep(max(0.0, args.step_ms / 1000 - (time.monotonic() - started)))
+        if log is not None:
+            now = time.time()
+            log.write(f"{step} {now - (time.monotonic() - started)} {now}\n")
 
 
 if __name__ == "__main__":
