@@ -144,6 +144,7 @@ class _Agent:
         self.capture._lock = threading.Lock()  # may have been held by a thread that is gone
         self.capture.job = None
         self.capture.last = None
+        self.memory.leave_after_fork()
         self.memory = MemoryCapture(self.telemetry, self.hooks.ensure_placed, self.capture,
                                     self.started_at)
         self.capture.busy_elsewhere = self.memory.busy

@@ -9,14 +9,15 @@ kind (this or a profiler capture) runs at a time. The instrument:
   ``_record_memory_history(enabled="all", context="alloc", stacks="python",
   max_entries=HISTORY_ENTRIES)``, from the first boundary; ``_snapshot()`` after the last, then
   off again (left as it was when the job records its own history);
-* otherwise: torch.profiler with ``profile_memory=True`` and its Python tracer
-  (``with_stack=True``), started and stopped on the training thread like a capture's.
+* otherwise: torch.profiler with ``profile_memory=True`` (no Python tracer), started and stopped
+  on the training thread like a capture's, with a dispatch mode on that thread that marks each
+  operator with the user line that called it (``memory_sites``).
 
 Then, on the analysis thread: the events (``memory_events``), the summary (``memory_summary``),
 what keeps the lines that grew (``memory_keepers``), and the report file (``memory_state``),
 named in the reply. Bounded like a capture (README "Where does my memory go"): at most
-``MAX_RECORD_S`` of recording, a Python-traced step ``MAX_TRACER_SLOWDOWN`` times slower than
-usual ends it, the history holds ``HISTORY_ENTRIES`` events, reading them stops after
+``MAX_RECORD_S`` of recording, a recorded step ``MAX_TRACER_SLOWDOWN`` times slower than the
+job's p95 ends it, the history holds ``HISTORY_ENTRIES`` events, reading them stops after
 ``ANALYSIS_BUDGET_S``, and the report holds the top ``MAX_LINES`` lines of each list.
 
 torch is only imported here lazily, and only when the program has imported it already.
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop.agent.memory_events import Sites, allocator_events, profiler_events
+from gputop.agent.memory_sites import PREFIX, enter, leave, leave_after_fork, site_marks
 from gputop.agent.memory_state import (
     cuda_allocator,
     header,
@@ -88,6 +90,9 @@ class MemoryJob:
         self.device = "cpu"
         self.index: int | None = None  # the CUDA device's index
         self.profiler: Any = None
+        self.mode: Any = None  # memory_sites' dispatch mode, on the training thread
+        self.sites = Sites()
+        self.train_thread: int | None = None
         self.our_history = False  # the allocator's history was turned on by us
         self.baseline: int | None = None  # CUDA: allocated bytes at the first boundary
         self.reserved_start: int | None = None
@@ -110,9 +115,9 @@ class MemoryJob:
 
     @property
     def running(self) -> bool:
-        """An instrument is on: the profiler (stopped on the training thread only) or the
-        allocator's history."""
-        return self.profiler is not None or self.our_history
+        """An instrument is on: the profiler and the dispatch mode (both left on the training
+        thread only) or the allocator's history."""
+        return self.profiler is not None or self.mode is not None or self.our_history
 
     def progress(self) -> dict[str, Any]:
         return {"state": self.state, "kind": "memory", "mode": "steps",
@@ -254,11 +259,11 @@ class MemoryCapture:
                     if now - job.perf[1] >= MAX_RECORD_S and job.recorded < steps:
                         job.finish_reason = f"the recording reached its {MAX_RECORD_S:g} s limit"
                     elif job.profiler is not None and job.usual_step_s:
-                        # Against the job's p95 step: a busy machine's spread is no tracer.
+                        # Against the job's p95 step: a busy machine's spread is no slowdown.
                         slower = (now - job.perf[-2]) / job.usual_step_s
                         if slower > MAX_TRACER_SLOWDOWN and job.recorded < steps:
-                            job.finish_reason = (f"the profiler's Python tracer made the step "
-                                                 f"{slower:.0f}x slower")
+                            job.finish_reason = (f"recording made the step {slower:.0f}x "
+                                                 "slower (many operators a step)")
                 if job.recorded >= steps or (job.finish_reason and job.recorded >= 1):
                     if job.recorded < steps:
                         job.cut.append(f"{steps - job.recorded} of {steps} steps not "
@@ -300,32 +305,50 @@ class MemoryCapture:
                 from torch.profiler import ProfilerActivity, profile
 
                 job.device = "cpu"
-                job.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                                       with_stack=True)
+                job.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
                 job.profiler.start()
+                job.mode = site_marks(job.sites)
+                enter(job.mode)
+            job.train_thread = threading.get_ident()
             job.marks.append(time.time_ns())
             job.perf.append(now)
             job.state = "warmup"
 
-    def _stop_instruments(self, job: MemoryJob) -> None:
-        prof, job.profiler = job.profiler, None
-        if prof is not None:
-            prof.stop()
+    def _stop_instruments(self, job: MemoryJob, at_exit: bool = False) -> None:
+        """Turn off what is on. The mode and the profiler only on the training thread (or at
+        exit): elsewhere the mode only stops marking, and the next step boundary ends both."""
+        on_thread = at_exit or threading.get_ident() == job.train_thread
+        mode = job.mode
+        if mode is not None:
+            mode.active = False
+            if on_thread and leave(mode):
+                job.mode = None
+        if on_thread and job.mode is None:
+            prof, job.profiler = job.profiler, None
+            if prof is not None:
+                prof.stop()
         if job.our_history:
             job.our_history = False
             import torch
 
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    def _stop_quietly(self, job: MemoryJob) -> None:
+    def _stop_quietly(self, job: MemoryJob, at_exit: bool = False) -> None:
         try:
-            self._stop_instruments(job)
+            self._stop_instruments(job, at_exit)
         except Exception as exc:
             self.telemetry.record_error(exc)
 
     def _hand_off(self, job: MemoryJob) -> None:
         """Stop the profiler here (it was started on this thread), take the model's storages
         while the optimizer's state is whole, and read everything on another thread."""
+        if job.mode is not None:
+            if not leave(job.mode):
+                job.mode.active = False
+                job.cut.append("another dispatch mode sat above the capture's at a step "
+                               "boundary: the recording ran on to the next one")
+                return  # left at the next step boundary (and the profiler stopped then)
+            job.mode = None
         prof = job.profiler
         job.profiler = None
         if prof is not None:
@@ -375,7 +398,7 @@ class MemoryCapture:
     def _report(self, job: MemoryJob, prof: Any) -> dict[str, Any]:
         import torch
 
-        sites = Sites()
+        sites = job.sites
         start, end = job.marks[0], job.marks[-1]
         report = header("capture", job.device, self.started_at)
         deltas: list[tuple[int, int]] = []
@@ -396,12 +419,12 @@ class MemoryCapture:
         else:
             from torch._C._profiler import _EventType
 
-            walked = profiler_events(prof.profiler.kineto_results, sites, "cpu",
-                                     ANALYSIS_BUDGET_S, _EventType)
+            walked = profiler_events(prof.profiler.kineto_results, "cpu", ANALYSIS_BUDGET_S,
+                                     _EventType, PREFIX)
             events = walked.events
             if not walked.complete:
                 job.cut.append(f"the profiler's events were read for {ANALYSIS_BUDGET_S:g} s "
-                               "and the rest left out (a Python-heavy step: many calls)")
+                               "and the rest left out (many operators a step)")
             report["source"] = "profiler"
             report["allocator"] = {"caching": False}
             job.notes.append("the CPU allocator does not cache: what is freed goes back to the "
@@ -440,7 +463,7 @@ class MemoryCapture:
             report["peak"] = composition
         return report
 
-    # --- exit ------------------------------------------------------------------------------------
+    # --- exit and fork ---------------------------------------------------------------------------
 
     def abandon(self) -> None:
         """The process exits (or the agent shuts down): stop the profiler (torch 2.13 can crash
@@ -448,10 +471,17 @@ class MemoryCapture:
         job = self.job
         if job is None:
             return
-        self._stop_quietly(job)
+        self._stop_quietly(job, at_exit=True)
         self._finish(job, _error("exited", "the process exited before the memory capture "
                                  "finished"))
         job.reply_sent.wait(3.0)
+
+    def leave_after_fork(self) -> None:
+        """In a forked child: its thread inherited the dispatch mode of a capture recording in
+        the parent; leave it there (the child's profiler state is not ours to stop)."""
+        job = self.job
+        if job is not None and job.mode is not None:
+            leave_after_fork(job.mode)
 
 
 def _where(sites: Sites, site: int) -> dict[str, Any]:

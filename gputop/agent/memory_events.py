@@ -8,8 +8,8 @@ negative for a free) and a table of source lines (``Sites``), so one summary rea
   ``_snapshot()`` lists the trace entries (``alloc``, ``free_requested``, ``segment_alloc``...)
   with epoch-microsecond times and, for allocations, the Python frames, innermost first;
 * without CUDA, the profiler's memory events (``profile_memory=True``) placed in the profiler's
-  event tree; with its Python tracer (``with_stack=True``, only for the captured steps) every
-  allocation sits under the Python calls that led to it, each with the line it was called from.
+  event tree, where every allocation sits under the operator that made it, and that operator
+  under an annotation naming the user's line that called it (``memory_sites``).
 
 The line an allocation is charged to is the innermost frame in the user's own code (outside
 the standard library, site-packages and gputop), as the README's "where" lines are: the line
@@ -119,16 +119,15 @@ class Walked(NamedTuple):
     complete: bool  # False: the time budget ran out before the whole tree was read
 
 
-def profiler_events(result: Any, sites: Sites, device: str, budget_s: float,
-                    event_types: Any) -> Walked:
+def profiler_events(result: Any, device: str, budget_s: float, event_types: Any,
+                    prefix: str) -> Walked:
     """Allocation events for ``device`` (``"cpu"``) from a stopped profiler's results
-    (``prof.profiler.kineto_results``), each charged to the innermost user line above it."""
+    (``prof.profiler.kineto_results``), each charged to the source line of the innermost
+    annotation above it named ``<prefix><site index>`` (``memory_sites``)."""
     deadline = time.monotonic() + budget_s
-    py_call, py_c_call, allocation = (event_types.PyCall, event_types.PyCCall,
-                                      event_types.Allocation)
+    allocation = event_types.Allocation
     out: list[tuple[int, int, int, int]] = []
-    caller_sites: dict[tuple[str, int, str], int] = {}
-    # (event, site of the innermost user frame above it)
+    # (event, the site of the innermost annotation above it)
     stack: list[tuple[Any, int]] = [(root, -1) for root in reversed(
         result.experimental_event_tree())]
     seen = 0
@@ -137,21 +136,17 @@ def profiler_events(result: Any, sites: Sites, device: str, budget_s: float,
         seen += 1
         if seen & 4095 == 0 and time.monotonic() > deadline:
             return Walked(sorted(out), False)
-        tag = event.tag
-        if tag == allocation:
+        if event.tag == allocation:
             fields = event.extra_fields
             if str(fields.device) == device and fields.alloc_size:
                 out.append((event.start_time_ns, int(fields.ptr), int(fields.alloc_size), site))
             continue
-        if tag == py_call or tag == py_c_call:
-            caller = event.extra_fields.caller
-            key = (caller.file_name, caller.line_number, caller.function_name)
-            known = caller_sites.get(key)
-            if known is None:
-                found = user_site([key])
-                known = caller_sites[key] = sites.add(found) if found is not None else -1
-            if known >= 0:
-                site = known
+        name = event.name
+        if name.startswith(prefix):
+            try:
+                site = int(name[len(prefix):])
+            except ValueError:
+                pass
         children = event.children
         if children:
             stack.extend((child, site) for child in reversed(children))
