@@ -27,7 +27,7 @@ import os
 import sys
 import sysconfig
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 MAX_CODE = 200  # characters of a source line kept in the report
@@ -163,10 +163,14 @@ class AllocatorTrace(NamedTuple):
     entries: int
 
 
-def _frames(entry: dict[str, Any]) -> Iterator[tuple[str, int, str]]:
-    for frame in entry.get("frames") or ():
-        yield str(frame.get("filename", "")), int(frame.get("line") or 0), str(
-            frame.get("name", ""))
+def snapshot_frames(frames: Any) -> list[tuple[str, int, str]]:
+    """A snapshot's frames (``{"filename", "line", "name"}``), innermost first as the allocator
+    records them; turned round should the outermost (``<module>``) come first."""
+    out = [(str(f.get("filename", "")), int(f.get("line") or 0), str(f.get("name", "")))
+           for f in frames or () if isinstance(f, dict)]
+    if len(out) > 1 and out[0][2] == "<module>" and out[-1][2] != "<module>":
+        out.reverse()
+    return out
 
 
 def allocator_events(trace: list[dict[str, Any]], sites: Sites, since_ns: int,
@@ -188,7 +192,7 @@ def allocator_events(trace: list[dict[str, Any]], sites: Sites, since_ns: int,
         addr = int(entry.get("addr") or 0)
         size = int(entry.get("size") or 0)
         if action == "alloc":
-            found = user_site(_frames(entry))
+            found = user_site(snapshot_frames(entry.get("frames")))
             events.append((t, addr, size, sites.add(found) if found is not None else -1))
             requested.discard(addr)
         elif action == "free_requested":

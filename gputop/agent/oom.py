@@ -37,7 +37,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.memory_events import user_site
+from gputop.agent.memory_events import snapshot_frames, user_site
 from gputop.agent.memory_state import (
     cuda_allocator,
     header,
@@ -330,9 +330,7 @@ def _live_lines(snapshot: dict[str, Any], index: int) -> list[dict[str, Any]]:
         for block in segment.get("blocks") or ():
             if block.get("state") != "active_allocated":
                 continue
-            frames = [(str(f.get("filename", "")), int(f.get("line") or 0),
-                       str(f.get("name", ""))) for f in block.get("frames") or ()]
-            site = user_site(frames)
+            site = user_site(snapshot_frames(block.get("frames")))
             key = (site.file, site.line, site.function) if site else ("", 0, "")
             by[key] = by.get(key, 0) + int(block.get("size") or 0)
     top = sorted(by.items(), key=lambda kv: -kv[1])[:16]
