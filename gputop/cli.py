@@ -18,8 +18,8 @@ from gputop import __version__
 from gputop.errors import UsageError
 
 # Order is the order shown in --help.
-COMMANDS = ("top", "snapshot", "watch", "capture", "stacks", "analyze", "run", "record",
-            "report", "replay", "stream", "exporter")
+COMMANDS = ("top", "snapshot", "watch", "capture", "memory", "stacks", "analyze", "run",
+            "record", "report", "replay", "stream", "exporter")
 
 
 def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:

@@ -15,10 +15,10 @@ from tests.conftest import REPO, cli_env
 PROBE = """
 import importlib, json, pkgutil, sys
 import gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter
-import gputop.capture
+import gputop.capture, gputop.memory
 names = []
 for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter,
-                gputop.capture):
+                gputop.capture, gputop.memory):
     names.append(package.__name__)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         names.append(info.name)
@@ -44,6 +44,7 @@ def test_collect_and_diagnostics_never_import_textual():
     assert "gputop.stacks.pyspy" in result["imported"]
     assert {"gputop.fleet.monitor", "gputop.exporter.metrics"} <= set(result["imported"])
     assert "gputop.capture.service" in result["imported"]  # under the CLI and the TUI alike
+    assert {"gputop.memory.report", "gputop.memory.where"} <= set(result["imported"])
     assert result["textual"] == []
 
 
@@ -64,10 +65,11 @@ def test_walk_covers_every_module_file():
     import gputop.diagnostics
     import gputop.exporter
     import gputop.fleet
+    import gputop.memory
     import gputop.stacks
 
     for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet,
-                    gputop.exporter, gputop.capture):
+                    gputop.exporter, gputop.capture, gputop.memory):
         files = {p.stem for p in (REPO / package.__name__.replace(".", "/")).glob("*.py")
                  if p.stem != "__init__"}
         walked = {info.name for info in pkgutil.iter_modules(package.__path__)}
@@ -79,7 +81,9 @@ def test_walk_covers_every_module_file():
 CAPTURE_MODULES = ("gputop.capture", "gputop.commands.capture", "gputop.commands.capture_job",
                    "gputop.agent.client", "gputop.agent.jobs", "gputop.agent.profiling",
                    "gputop.agent.trace_budget", "gputop.stacks.timeline",
-                   "gputop.stacks.trace_join", "gputop.fleet.capture", "gputop.tui.app")
+                   "gputop.stacks.trace_join", "gputop.fleet.capture", "gputop.tui.app",
+                   "gputop.agent.memory", "gputop.agent.oom", "gputop.memory",
+                   "gputop.commands.memory", "gputop.tui.widgets.memory_screen")
 
 
 def import_graph(root) -> dict[str, set[str]]:

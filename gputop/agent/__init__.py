@@ -23,6 +23,8 @@ from typing import Any
 from gputop.agent.flops import FlopCount
 from gputop.agent.goodput import GoodputLedger, wrap_torch_save
 from gputop.agent.info import distributed_info, hello
+from gputop.agent.memory import MemoryCapture
+from gputop.agent.oom import OomWatch
 from gputop.agent.pidinfo import PidInfo
 from gputop.agent.profiling import CaptureController
 from gputop.agent.server import AgentServer
@@ -68,19 +70,29 @@ class _Agent:
         self.telemetry = StepTelemetry()
         self.hooks = TorchHooks(self.telemetry)
         self.capture = CaptureController(self.telemetry, self.hooks.ensure_placed)
+        self.memory = MemoryCapture(self.telemetry, self.hooks.ensure_placed, self.capture,
+                                    self.started_at)
+        self.capture.busy_elsewhere = self.memory.busy  # one capture of either kind at a time
+        self.oom = OomWatch(self.telemetry, self.memory, self.started_at)
         self.telemetry.ledger = GoodputLedger(capture=self.capture)
-        self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,
-                               lambda: self.capture.job is not None)
+        self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed, self._capturing)
         self._unwrap_save = lambda: None
         self.server: AgentServer | None = None
         self.server_error: str | None = None
         self.pids = PidInfo()  # its pid namespace and host pid, in a container
+
+    def _capturing(self) -> bool:
+        return self.capture.job is not None or self.memory.job is not None
 
     def torch_imported(self, module: Any = None) -> None:
         """The program imported torch: place the hooks, time torch.save, arm the FLOP count."""
         self.hooks.place(module)
         if self.hooks.step_hook is None:
             return
+        try:
+            self.oom.torch_imported(sys.modules["torch"])
+        except Exception as exc:
+            self.telemetry.record_error(exc)
         try:
             telemetry = self.telemetry
             self._unwrap_save = wrap_torch_save(sys.modules["torch"], lambda: telemetry.ledger,
@@ -103,6 +115,7 @@ class _Agent:
                 "cancel": lambda msg, gone: self._cancel(msg),
                 "seen": lambda msg, gone: self.pids.seen(msg),
                 "flops": self.flops.request,
+                "memory": self.memory.request,
             },
             on_error=self.telemetry.record_error,
         )
@@ -131,6 +144,12 @@ class _Agent:
         self.capture._lock = threading.Lock()  # may have been held by a thread that is gone
         self.capture.job = None
         self.capture.last = None
+        self.memory.leave_after_fork()
+        self.memory = MemoryCapture(self.telemetry, self.hooks.ensure_placed, self.capture,
+                                    self.started_at)
+        self.capture.busy_elsewhere = self.memory.busy
+        self.oom.memory = self.memory
+        self.oom.reports, self.oom.last = 0, None
         self.telemetry.reset()
         self.telemetry.enabled = False
         self.telemetry.on_first_step = self.wake_in_child
@@ -138,8 +157,7 @@ class _Agent:
         self.flops.leave_after_fork()
         self.telemetry.ledger = GoodputLedger(capture=self.capture)
         self.telemetry.on_boundary = None
-        self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed,
-                               lambda: self.capture.job is not None)
+        self.flops = FlopCount(self.telemetry, self.hooks.ensure_placed, self._capturing)
         self.flops.arm_auto()
 
     def at_exit(self) -> None:
@@ -148,6 +166,7 @@ class _Agent:
         try:
             self.flops.abandon()
             self.capture.abandon_at_exit()
+            self.memory.abandon()
         finally:
             if self.server is not None:
                 self.server.close()
@@ -173,7 +192,9 @@ class _Agent:
         reply["step_hook"] = problem is None
         if problem is not None:
             reply["step_hook_problem"] = problem
-        reply["capture"] = self.capture.status()
+        # The capture running, of either kind (one at a time): the monitor's progress line.
+        reply["capture"] = (self.memory.status() if self.memory.job is not None
+                            else self.capture.status())
         reply["flops"] = self.flops.status()
         reply["goodput"] = self.telemetry.ledger.status()
         reply["agent_errors"] = self.telemetry.errors
@@ -186,7 +207,7 @@ class _Agent:
     def _cancel(self, message: dict[str, Any]) -> dict[str, Any]:
         if set(message) - {"cmd"}:
             return _bad_fields(message)
-        return {"ok": True, "cancelled": self.capture.cancel()}
+        return {"ok": True, "cancelled": self.capture.cancel() or self.memory.cancel()}
 
 
 def _bad_fields(message: dict[str, Any]) -> dict[str, Any]:
@@ -213,6 +234,7 @@ def install(dormant: bool | None = None) -> Path | None:
             try:
                 os.register_at_fork(after_in_child=agent.after_fork_in_child)
                 atexit.register(agent.at_exit)
+                agent.oom.install()  # out-of-memory errors that end the job: their report
                 after_import("torch", agent.torch_imported)
             except Exception as exc:
                 agent.telemetry.record_error(exc)
@@ -252,6 +274,8 @@ def shutdown() -> None:
     if agent is None:
         return
     agent.capture.cancel("cancelled", "the agent was shut down")
+    agent.memory.abandon()
+    agent.oom.uninstall()
     agent.flops.abandon()
     agent.telemetry.enabled = False
     agent.hooks.remove()

@@ -494,9 +494,10 @@ def request_capture(
     start_step: int | None = None,
     warmup: int | None = None,
     message: dict[str, Any] | None = None,
+    path_key: str = "trace",
 ) -> dict[str, Any]:
     """Record ``steps`` optimizer steps of ``pid`` (or send ``message``, a whole capture
-    request); returns the agent's reply (with "trace").
+    request); returns the agent's reply (with "trace", or the file ``path_key`` names).
 
     ``on_progress`` gets the agent's ``status["capture"]`` dict about every POLL_S seconds;
     when ``should_stop()`` turns true the request is abandoned (the agent cancels it).
@@ -525,22 +526,24 @@ def request_capture(
                                  + (f" {detail}" if detail.startswith("(") else ""),
                                  "exited") from None
             raise
-    return checked_trace_reply(reply, pid, conn.peer_uid, conn.root)
+    return checked_trace_reply(reply, pid, conn.peer_uid, conn.root, path_key)
 
 
 MAX_TRACE_PATH = 4096
 
 
 def checked_trace_reply(reply: dict[str, Any], pid: int, peer_uid: int,
-                        root: str = "") -> dict[str, Any]:
-    """The agent's capture reply with its trace path checked, and ``agent_uid`` set from the
-    socket's credentials (never from what the agent says): an agent is untrusted input.
-    ``root``: where the agent's files are from here (``/proc/PID/root`` for a container)."""
-    trace = reply.get("trace")
+                        root: str = "", key: str = "trace") -> dict[str, Any]:
+    """The agent's capture reply with its trace path (or the file ``key`` names) checked, and
+    ``agent_uid`` set from the socket's credentials (never from what the agent says): an agent
+    is untrusted input. ``root``: where the agent's files are from here (``/proc/PID/root``
+    for a container)."""
+    trace = reply.get(key)
     if (not isinstance(trace, str) or not trace or len(trace) > MAX_TRACE_PATH
             or "\0" in trace or not os.path.isabs(trace)):
-        raise AgentError(f"agent of pid {pid} replied without a usable trace path", "protocol")
-    return {**reply, "trace": root + trace, "agent_uid": peer_uid}
+        what = "trace" if key == "trace" else key
+        raise AgentError(f"agent of pid {pid} replied without a usable {what} path", "protocol")
+    return {**reply, key: root + trace, "agent_uid": peer_uid}
 
 
 def partial_note(reply: dict[str, Any]) -> str | None:

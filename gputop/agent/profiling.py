@@ -358,6 +358,9 @@ class CaptureController:
         self._sigterm_set = False
         self._finishing = False  # finish_early is exporting a partial trace
         self._terminated = False  # a SIGTERM came while it did
+        # Why another kind of capture (a memory capture) holds the job now, or None: one
+        # capture at a time. Checked under ``_lock``, which that one takes to start too.
+        self.busy_elsewhere: Callable[[], str | None] = lambda: None
 
     # --- server thread -----------------------------------------------------------------------
 
@@ -392,6 +395,9 @@ class CaptureController:
             with self._lock:
                 if self.job is not None:
                     raise CaptureError("busy", self._busy_message())
+                elsewhere = self.busy_elsewhere()
+                if elsewhere is not None:
+                    raise CaptureError("busy", elsewhere)
                 self.job = job
             if params["mode"] == "steps":
                 slow = self._slower_than_deadline(params)

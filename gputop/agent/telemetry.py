@@ -172,6 +172,10 @@ class StepTelemetry:
 
     # --- any thread ----------------------------------------------------------------------------
 
+    def leader(self) -> Any:
+        """The optimizer whose steps are counted (None before the first step)."""
+        return self._leader()
+
     def recent_steps(self, since: float) -> list[tuple[float, float, float]]:
         """(end time, step time, DataLoader wait) of the steps that ended after ``since``."""
         return [s[:3] for s in list(self._ring) if s[0] > since]

@@ -8,9 +8,10 @@ with one line.
 
 A capture is of one *kind*: how the agent is asked, what runs beside it while it records,
 and how its result is read. ``TRACE`` (torch.profiler steps, with py-spy sampling the stacks
-meanwhile) is the kind there is; another (a memory snapshot) plugs in as a ``CaptureKind``
-with its own ``message``, ``begin``, ``result`` and ``abort``, and ``capture(pid, settings,
-kind=...)`` runs it the same way.
+meanwhile) and ``MEMORY`` (the allocations of a few steps: what grows, what makes the peak,
+reserved versus allocated; ``gputop memory``, `m`) are the kinds there are; each is a
+``CaptureKind`` with its own ``message``, ``begin``, ``result`` and ``abort``, and
+``capture(pid, settings, kind=...)`` runs it the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class CaptureSettings:
     profile_memory: bool = False
     sample_stacks: bool = True  # py-spy on the process and its workers while it records
 
+    def out_dir(self) -> str | None:
+        """Where the agent writes: ``out``, else $GPUTOP_CAPTURE_DIR, else its default."""
+        out = self.out or os.environ.get("GPUTOP_CAPTURE_DIR")
+        return os.path.abspath(os.path.expanduser(out)) if out else None
+
     def message(self) -> dict[str, Any]:
         """The agent's ``capture`` request."""
         message: dict[str, Any] = {"cmd": "capture", "timeout": self.timeout}
@@ -66,9 +72,9 @@ class CaptureSettings:
             message["steps"] = DEFAULT_STEPS if self.steps is None else self.steps
             if self.warmup is not None:
                 message["warmup"] = self.warmup
-        out = self.out or os.environ.get("GPUTOP_CAPTURE_DIR")
+        out = self.out_dir()
         if out:
-            message["out"] = os.path.abspath(os.path.expanduser(out))
+            message["out"] = out
         for name in ("with_stack", "record_shapes", "profile_memory"):
             if getattr(self, name):
                 message[name] = True
@@ -125,6 +131,7 @@ class CaptureResult:
 
 class CaptureKind(Protocol):
     name: str
+    path_key: str  # the reply's field naming the file the agent wrote
 
     def message(self, settings: CaptureSettings) -> dict[str, Any]: ...
 
@@ -133,14 +140,14 @@ class CaptureKind(Protocol):
     def progress(self, side: Any, status: dict[str, Any]) -> None: ...
 
     def result(self, pid: int, settings: CaptureSettings, reply: dict[str, Any],
-               side: Any) -> CaptureResult: ...
+               side: Any) -> Any: ...  # CaptureResult, MemoryResult: with replied_wall
 
     def abort(self, side: Any) -> None: ...
 
 
 def capture(pid: int, settings: CaptureSettings = CaptureSettings(), *,
             kind: CaptureKind | None = None, on_progress: Progress | None = None,
-            should_stop: ShouldStop | None = None) -> CaptureResult:
+            should_stop: ShouldStop | None = None) -> Any:
     """Record ``pid`` as ``settings`` say and read the result; ``CaptureFailed`` when there is
     nothing to read (no agent, the process exited before a step was recorded, a timeout)."""
     kind = kind or TRACE
@@ -153,7 +160,8 @@ def capture(pid: int, settings: CaptureSettings = CaptureSettings(), *,
 
     try:
         reply = request_capture(pid, timeout=settings.timeout, message=kind.message(settings),
-                                on_progress=progress, should_stop=should_stop)
+                                on_progress=progress, should_stop=should_stop,
+                                path_key=kind.path_key)
     except AgentError as exc:
         kind.abort(side)
         from gputop.format import safe_text
@@ -183,6 +191,7 @@ class TraceCapture:
     """torch.profiler steps (or a time window), with py-spy sampling the stacks meanwhile."""
 
     name = "trace"
+    path_key = "trace"
 
     def message(self, settings: CaptureSettings) -> dict[str, Any]:
         return settings.message()
@@ -218,6 +227,71 @@ class TraceCapture:
 
 
 TRACE = TraceCapture()
+
+
+@dataclass
+class MemoryResult:
+    pid: int
+    reply: dict[str, Any]
+    path: str  # the report file the agent wrote
+    report: Any  # gputop.memory.report.MemoryReport
+    notes: list[str] = field(default_factory=list)
+    replied_wall: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        from gputop.memory.render import report_json
+
+        data = report_json(self.report, self.path)
+        data["capture"] = {key: self.reply.get(key) for key in (
+            "steps", "recorded_steps", "first_recorded_step", "bytes", "blocked_s",
+            "started_wall", "window_end_wall")}
+        data["capture"]["replied_wall"] = round(self.replied_wall, 6)
+        return data
+
+
+class MemoryCaptureKind:
+    """The allocations of a few steps (``agent.memory``): the agent writes a memory report
+    and names it; it is read here as untrusted input (``memory.report``)."""
+
+    name = "memory"
+    path_key = "report"
+
+    def message(self, settings: CaptureSettings) -> dict[str, Any]:
+        message: dict[str, Any] = {"cmd": "memory", "timeout": settings.timeout,
+                                   "steps": DEFAULT_STEPS if settings.steps is None
+                                   else settings.steps}
+        out = settings.out_dir()
+        if out:
+            message["out"] = out
+        return message
+
+    def begin(self, pid: int, settings: CaptureSettings) -> Any:
+        return None
+
+    def progress(self, side: Any, status: dict[str, Any]) -> None:
+        return None
+
+    def abort(self, side: Any) -> None:
+        return None
+
+    def result(self, pid: int, settings: CaptureSettings, reply: dict[str, Any],
+               side: Any) -> MemoryResult:
+        from gputop.memory.report import ReportError, read_report
+
+        path = reply["report"]
+        uid = reply.get("agent_uid")
+        owner = uid if isinstance(uid, int) and uid != os.geteuid() else None
+        try:
+            report = read_report(path, owner_uid=owner)
+        except ReportError as exc:
+            raise CaptureFailed(str(exc), "bad-report") from None
+        if report.pid != pid and owner is None and not path.startswith("/proc/"):
+            raise CaptureFailed(f"{path}: the report is of pid {report.pid}, not {pid}",
+                                "bad-report")
+        return MemoryResult(pid, reply, path, report, _reply_lines(reply, "notes"))
+
+
+MEMORY = MemoryCaptureKind()
 
 
 def _reply_lines(reply: dict[str, Any], key: str) -> list[str]:

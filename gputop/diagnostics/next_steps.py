@@ -159,6 +159,11 @@ def gputop_capture(pid: int | None, steps: int = 3, job: bool = False) -> str:
     return f"gputop capture {'--job ' if job else ''}{pid if pid else 'PID'} --steps {steps}"
 
 
+def gputop_memory(pid: int | None, steps: int = 3) -> str:
+    """A memory capture of the process (`m` in the monitor): what grows, by source line."""
+    return f"gputop memory {pid if pid else 'PID'} --steps {steps}"
+
+
 def check_command(command: str) -> list[str]:
     """What is wrong with a printed next step, checked against ``DOCUMENTED`` (an empty list:
     nothing). ``gputop`` commands are checked by the tests against gputop's own parser."""

@@ -174,6 +174,8 @@ class GputopApp(App[int]):
         Binding("enter", "open_process", "Process"),
         Binding("k", "signal_process", "Kill"),
         Binding("p", "request_capture", "Capture"),
+        Binding("m", "memory_capture", "Memory"),
+        Binding("M", "last_oom", "Last OOM", show=False),
         Binding("F", "count_flops", "FLOPs", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "escape", show=False),
@@ -190,10 +192,11 @@ class GputopApp(App[int]):
     MAIN_ONLY = frozenset({"toggle_pause", "window", "toggle_compact", "cycle_sort",
                            "reverse_sort", "filter", "toggle_tree", "open_process",
                            "signal_process", "request_capture", "help", "escape",
-                           "show_findings", "count_flops", "step", "seek", "seek_to"})
+                           "show_findings", "count_flops", "step", "seek", "seek_to",
+                           "memory_capture", "last_oom"})
     REPLAY_ONLY = frozenset({"step", "seek", "seek_to"})
     LIVE_ONLY = frozenset({"signal_process", "request_capture",
-                           "count_flops"})  # act on a live process
+                           "count_flops", "memory_capture"})  # act on a live process
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.MAIN_ONLY and self.screen is not self.screen_stack[0]:
@@ -246,6 +249,10 @@ class GputopApp(App[int]):
         self.captures: dict[int, CaptureRun] = {}
         self.job_captures: dict[str, CaptureRun] = {}  # by job id
         self.capture_notes: dict[tuple, str] = {}  # finding key -> the line under it
+        # Out-of-memory reports of processes with the agent that ended (`M` shows the last).
+        self._agent_pids: dict[int, float | None] = {}  # pid -> create time, last frame
+        self.ooms: dict[int, tuple] = {}  # pid -> (MemoryReport, path)
+        self.last_oom: int | None = None
         self._capture_timer = None
         self._findings_shown: tuple | None = None
         self._findings_layout: tuple = (0, 0, False)
@@ -450,6 +457,7 @@ class GputopApp(App[int]):
         self._render_gpus(frame)
         self.table.update_snapshot(snap)
         self._render_findings(frame)
+        self._watch_agents_end(snap)
         if showing_process(self.screen):
             self.screen.update_frame(frame)
 
@@ -721,6 +729,94 @@ class GputopApp(App[int]):
                 + (f"; counting cost the job {cost * 1000:.0f} ms"
                    if isinstance(cost, (int, float)) else ""))
         self.call_from_thread(self.notify, text, timeout=8)
+
+    # -- memory: `m`, and the report of a process that ran out of memory ----------------------
+
+    def action_memory_capture(self) -> None:
+        """`m`: where the selected training process's memory goes (its agent's memory
+        capture: growth by source line, the peak's parts, reserved versus allocated)."""
+        pid = self._selected_pid(training=True)
+        if pid is not None:
+            self._memory_lookup(pid)
+
+    @work(thread=True, group="actions", exit_on_error=False)
+    def _memory_lookup(self, pid: int) -> None:
+        """Off the event loop: listing agents reads a socket directory."""
+        from gputop.agent import client
+
+        try:
+            has_agent = pid in client.list_agents() or client.find_agent(pid) is not None
+        except Exception:
+            has_agent = False
+        if has_agent:
+            self.call_from_thread(self.show_memory, pid)
+        else:
+            self.call_from_thread(self.notify, f"{client.no_agent_hint(pid)}: a memory capture "
+                                  "needs the agent", severity="warning", timeout=8)
+
+    def show_memory(self, pid: int) -> None:
+        from gputop.tui.widgets.memory_screen import MemoryScreen  # on first use: start-up
+
+        if not isinstance(self.screen, MemoryScreen):
+            self.push_screen(MemoryScreen(pid, self._command(pid),
+                                          timeout=self.capture_timeout))
+
+    def memory_captured(self, report) -> None:
+        """A memory capture finished: the memory findings on its GPU name what grows."""
+        if not isinstance(self.feed, SamplerFeed):
+            return
+        if self.feed.memory_where is None:
+            from gputop.memory.where import MemoryWhere
+
+            self.feed.memory_where = MemoryWhere()
+        self.feed.memory_where.note(report)
+
+    def _watch_agents_end(self, snap: Snapshot) -> None:
+        """A process with the agent that is gone may have died of an out-of-memory error: its
+        agent then wrote a report (looked for off the event loop)."""
+        if not isinstance(self.feed, SamplerFeed):
+            return
+        now = {g.proc.pid: g.proc.create_time for g in groups(snap) if g.proc.agent}
+        for pid, started in self._agent_pids.items():
+            if pid not in now:
+                self._look_for_oom(pid, started)
+        self._agent_pids = now
+
+    @work(thread=True, group="oom", exit_on_error=False)
+    def _look_for_oom(self, pid: int, started: float | None) -> None:
+        from gputop.memory.oom_files import oom_report_of
+        from gputop.memory.report import ReportError, read_report
+
+        path = oom_report_of(pid)
+        if path is None:
+            return
+        try:
+            report = read_report(path)
+        except ReportError:
+            return
+        if report.kind != "oom" or (started is not None and report.time < started - 1.0):
+            return  # an earlier process's, with the same pid
+        self.call_from_thread(self._oom_found, pid, report, path)
+
+    def _oom_found(self, pid: int, report, path: str) -> None:
+        self.ooms[pid] = (report, path)
+        self.last_oom = pid
+        where = report.oom.where.location() if report.oom.where is not None else None
+        self.notify(safe_text(f"pid {pid} ran out of memory"
+                              + (f" at {where}" if where else "")
+                              + ": M shows what held the memory"), severity="error",
+                    timeout=30)
+
+    def action_last_oom(self) -> None:
+        """`M`: the out-of-memory report of the last process with the agent that died of it."""
+        if self.last_oom is None:
+            self.notify("no process with the agent has run out of memory since gputop "
+                        "started (gputop memory --last-oom PID reads an older one)", timeout=6)
+            return
+        from gputop.tui.widgets.memory_screen import MemoryScreen
+
+        report, path = self.ooms[self.last_oom]
+        self.push_screen(MemoryScreen(self.last_oom, report=report, path=path))
 
     def action_request_capture(self) -> None:
         row = self.table.selected_row()

@@ -156,6 +156,9 @@ class Feed:
         self.diagnose = diagnose
         self.diagnosis: LiveDiagnosis | None = None  # made with the history
         self.where = where  # fills in the findings' "where" line (py-spy, its own thread)
+        # The memory findings' "where", from this session's memory captures (`m`): made by
+        # the app at the first one (memory.where.MemoryWhere).
+        self.memory_where = None
         self.findings: tuple[Finding, ...] = ()
         self.window: float | None = WINDOWS[0]
         self.focus_pid: int | None = None
@@ -196,6 +199,9 @@ class Feed:
                 without_agent = {p.pid for g in snap.gpus for p in g.processes if not p.agent}
                 self.where.update(findings, without_agent)
                 findings = self.where.enrich(findings)
+            memory_where = self.memory_where
+            if memory_where is not None:
+                findings = memory_where.enrich(findings, snap)
             self.findings = findings
 
     def _emit(self) -> None:

@@ -38,7 +38,8 @@ def rule_memory(ctx: _Context) -> list[Finding]:
                 evidence=f"{share * 100:.1f}% of {gib(last.mem_total)} in use over {WINDOW_S:.0f} s",
                 fix=("Lower the batch size or use gradient accumulation, activation checkpointing, "
                      "mixed precision; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                     "against fragmentation"),
+                     "against fragmentation. `m` on the process in the monitor (or the next "
+                     "step) shows what the step's peak is made of and what is reserved"),
                 next_step=_memory_next_step(gpus, index),
                 gpu=index,
             ))
@@ -72,9 +73,9 @@ def rule_memory(ctx: _Context) -> list[Finding]:
             evidence=(f"+{gib(rise)} in {span:.0f} s{full} ({slope / 1024**2:.0f} MiB/s, "
                       f"R²={r2:.2f}); at this rate out of memory in {duration(to_oom)}"),
             fix=("A leak: tensors kept across steps (losses appended without .item() or "
-                 ".detach(), a growing cache, retain_graph=True). Keep scalars, not graphs; "
-                 "torch.cuda.memory._record_memory_history() and a snapshot after a few hundred "
-                 "steps show the allocation that grows"),
+                 ".detach(), a growing cache, retain_graph=True). Keep scalars, not graphs. "
+                 "`m` on the process in the monitor (or the next step) names the source line "
+                 "whose allocations grow and what keeps them"),
             next_step=_memory_next_step(gpus, index),
             cost_s=span if critical else 0.0,
             gpu=index,
@@ -83,11 +84,11 @@ def rule_memory(ctx: _Context) -> list[Finding]:
 
 
 def _memory_next_step(gpus: list[GpuSample], index: int) -> str:
-    """Record the allocations of the process holding the most memory (through its agent), else
-    list who holds what."""
+    """A memory capture of the process holding the most memory (through its agent: `m` in the
+    monitor), else list who holds what."""
     procs = [p for p in gpus[-1].processes if p.visible]
     if procs:
         top = max(procs, key=lambda p: p.gpu_mem or 0)
         if top.agent:
-            return ns.gputop_capture(top.pid) + " --profile-memory"
+            return ns.gputop_memory(top.pid)
     return f"nvidia-smi --query-compute-apps=pid,used_memory --format=csv -i {index}"

@@ -20,6 +20,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "process view: CPU, workers' CPU, GPU memory"),
     ("k", "send SIGTERM to the process (asks first)"),
     ("p", "capture 3 steps (all ranks of a job) or Python stacks"),
+    ("m", "memory: what grows by line, the peak's parts (agent)"),
+    ("M", "the last out-of-memory report (a process that died)"),
     ("F", "count the FLOPs of the next step again (MFU; agent)"),
     ("f", "findings: every one, the selected one in full"),
     ("Tab", "keys to the findings panel (↑ ↓ select) and back"),
