@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         epilog=(
             "Bounded like a capture: recording stops at the first step after 30 s; on CUDA the "
             "allocator's history holds 20,000 events and is on only while it records; without "
-            "CUDA the profiler's Python tracer runs only for the recorded steps, and a step it "
+            "CUDA the profiler records memory events (no Python tracer: each operator is marked "
+            "with the source line that called it) only for the recorded steps, and a step it "
             "makes 3x slower ends the recording. The report is a JSON file of a few KB "
             "(mode 0600) beside the captures' traces. Never pauses or kills the job."
         ),

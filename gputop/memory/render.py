@@ -167,7 +167,7 @@ def format_report(report: MemoryReport, path: str | None = None,
     """The whole report, escaped."""
     lines: list[str] = []
     if report.kind == "capture":
-        how = {"profiler": "the profiler's memory events (with_stack)",
+        how = {"profiler": "the profiler's memory events",
                "allocator-history": "the CUDA caching allocator's history"}.get(report.source,
                                                                                 report.source)
         head = (f"Memory of pid {report.pid}" + (f" ({command})" if command else "")
