@@ -161,6 +161,7 @@ class GputopApp(App[int]):
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("f", "show_findings", "Findings"),
+        Binding("question_mark", "help", "Help"),
         Binding("space", "toggle_pause", "Pause"),
         Binding("1", "window(0)", "Window", key_display="1-4"),
         Binding("2", "window(1)", "10 min", show=False),
@@ -177,7 +178,6 @@ class GputopApp(App[int]):
         Binding("m", "memory_capture", "Memory"),
         Binding("M", "last_oom", "Last OOM", show=False),
         Binding("F", "count_flops", "FLOPs", show=False),
-        Binding("question_mark", "help", "Help"),
         Binding("escape", "escape", show=False),
         # A recording played back (--replay): step, seek, either end.
         Binding("left", "step(-1)", "Step", key_display="←→", priority=True),

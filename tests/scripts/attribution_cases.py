@@ -65,6 +65,9 @@ def gloo_case(case: str, rank: int, port: str, out: str) -> None:
             prof.step()
     if rank == 0:
         prof.export_chrome_trace(out)
+    # Both ranks leave together: a rank tearing gloo down while the other still exports its
+    # trace was seen to abort at exit ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -10,6 +10,7 @@ presses it.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from gputop.tui.widgets.text_line import StripWidget
@@ -47,6 +48,9 @@ class KeyFooter(StripWidget):
     def _bindings_changed(self, _screen) -> None:
         self.rebuild()
 
+    def on_resize(self, _event) -> None:
+        self.rebuild()
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         if self.is_mounted:
@@ -74,7 +78,11 @@ class KeyFooter(StripWidget):
         dim = self.get_component_rich_style("key-footer--disabled", partial=True)
         text = Text()
         spans = []
+        width = self.size.width or 10_000
         for key, shown, description, enabled in self.items():
+            # Whole keys or none: a key cut at the edge ("Memor") reads as a typo.
+            if text.cell_len + cell_len(f" {shown} {description}") > width:
+                break
             start = text.cell_len
             text.append(f" {shown} ", key_style if enabled else key_style + dim)
             if description:
