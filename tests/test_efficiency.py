@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from gputop.agent.client import agent_status, request_flop_count
 from gputop.collect.scenarios import STARTUP_S
 from gputop.peaks import peak_for
-from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
+from tests.conftest import REPO, SLOW, cli_env, end_popen, run_cli, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world, running
 from tests.test_tui_terminal import Tmux, end_processes, start, tmux_or_skip
 
@@ -234,8 +235,9 @@ def test_report_prints_goodput_and_j_per_step_and_gates_on_mfu(world, tmp_path):
     """Acceptance 3: the report of a recorded job prints goodput with its breakdown and J/step,
     and --baseline with --max-regression fails when MFU drops (here: a narrower model at the same
     step rate, so throughput alone would not)."""
-    wide = recorded_job(world, tmp_path, "wide", "64,512,512,10")
-    narrow = recorded_job(world, tmp_path, "narrow", "64,128,128,10")
+    with ThreadPoolExecutor(2) as pool:  # both wait out their 12 s at once
+        wide, narrow = pool.map(lambda a: recorded_job(world, tmp_path, *a),
+                                [("wide", "64,512,512,10"), ("narrow", "64,128,128,10")])
     report = run_cli("report", str(wide))
     assert report.returncode == 0, report.stderr
     text = report.stdout
@@ -260,12 +262,45 @@ def test_report_prints_goodput_and_j_per_step_and_gates_on_mfu(world, tmp_path):
     assert "throughput" not in reason[0]
 
 
-def test_tour_recording_report_has_the_trainers_efficiency(tmp_path):
+class TourRun:
+    """A gputop command on the tour, started at once; its output goes to files (no pipe fills
+    while another test waits)."""
+
+    def __init__(self, folder: Path, name: str, *args: str) -> None:
+        self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "gputop", "--demo", "tour",
+                                          *args], stdout=out, stderr=err, text=True,
+                                         env=cli_env(), cwd=REPO)
+
+    def result(self, timeout: float) -> tuple[int, str, str]:
+        code = self.proc.wait(timeout)
+        return code, self.out.read_text(), self.err.read_text()
+
+
+@pytest.fixture(scope="module")
+def tour_runs(tmp_path_factory, share_process):
+    """The tour recorded for 25 s and measured by a snapshot over 25 s, both at once: each only
+    waits out its 25 s."""
+    folder = tmp_path_factory.mktemp("tour")
+    runs = {"record": TourRun(folder, "record", "--interval", "1", "record", "-o",
+                              str(folder / "tour.parquet"), "--duration", "25",
+                              "--flush-every", "5"),
+            "snapshot": TourRun(folder, "snapshot", "--gpus", "0", "snapshot", "--json",
+                                "--measure", "25")}
+    for run in runs.values():
+        share_process(run.proc)
+    yield folder, runs
+    for run in runs.values():
+        end_popen(run.proc)
+
+
+def test_tour_recording_report_has_the_trainers_efficiency(tour_runs):
     """Acceptance 3 on the demo: `gputop --demo tour` records its torch job's efficiency."""
-    out = tmp_path / "tour.parquet"
-    done = run_cli("--demo", "tour", "--interval", "1", "record", "-o", str(out), "--duration",
-                   "25", "--flush-every", "5", timeout=SLOW + 25)
-    assert done.returncode == 0, done.stderr
+    folder, runs = tour_runs
+    out = folder / "tour.parquet"
+    code, _, err = runs["record"].result(SLOW + 25)
+    assert code == 0, err
     report = run_cli("report", str(out))
     assert report.returncode == 0, report.stderr
     lines = report.stdout.splitlines()
@@ -275,14 +310,13 @@ def test_tour_recording_report_has_the_trainers_efficiency(tmp_path):
     assert "goodput" in block and "DataLoader" in block and "J/step" in block
 
 
-def test_tour_snapshot_mfu_follows_from_the_simulated_peak_and_the_measured_steps():
+def test_tour_snapshot_mfu_follows_from_the_simulated_peak_and_the_measured_steps(tour_runs):
     """Acceptance 2's numbers: the tour's GPU 0 is a simulated A100 running the torch demo
     trainer; MFU = its counted FLOPs x its agent's steps/s / 19.5 TFLOP/s, and J/step comes
     from the simulated energy counter over the steps the agent counted."""
-    done = run_cli("--demo", "tour", "--gpus", "0", "snapshot", "--json", "--measure", "25",
-                   timeout=SLOW + 25)
-    assert done.returncode == 0, done.stderr
-    gpu = json.loads(done.stdout)["gpus"][0]
+    code, out, err = tour_runs[1]["snapshot"].result(SLOW + 25)
+    assert code == 0, err
+    gpu = json.loads(out)["gpus"][0]
     trainer = next(p for p in gpu["processes"] if "gputop.demo.train" in p["cmdline"])
     eff, agent = trainer["efficiency"], trainer["agent"]
     assert gpu["name"] == "NVIDIA A100-SXM4-80GB" and eff["peak_flops"] == 19.5e12
