@@ -200,6 +200,39 @@ def share_process():
     return share
 
 
+class Background:
+    """A gputop command started now, its output going to files (no pipe fills while nobody
+    reads it); ``result`` waits for it."""
+
+    def __init__(self, folder: Path, name: str, *args: str) -> None:
+        self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "gputop", *args], stdout=out,
+                                         stderr=err, text=True, env=cli_env(), cwd=REPO)
+
+    def result(self, timeout: float) -> tuple[int, str, str]:
+        code = self.proc.wait(timeout)
+        return code, self.out.read_text(), self.err.read_text()
+
+
+TOUR_RECORD_S = 30
+
+
+@pytest.fixture(scope="session")
+def tour_recording(tmp_path_factory, share_process):
+    """30 s of `gputop --demo tour record`, recorded once for the tests that read it (the
+    replay's, the efficiency report's), in the background from the first that asks:
+    ``tour_recording.result(timeout)`` waits for it, ``.path`` is the recording."""
+    folder = tmp_path_factory.mktemp("tour-recording")
+    run = Background(folder, "record", "--demo", "tour", "--interval", "1", "record", "-o",
+                     str(folder / "tour"), "--duration", str(TOUR_RECORD_S), "--flush-every",
+                     "5")
+    run.path = folder / "tour"
+    share_process(run.proc)
+    yield run
+    end_popen(run.proc)
+
+
 def _under_shared(proc: psutil.Process) -> bool:
     """Whether ``proc`` is a shared server or runs under one (a session of a shared sshd)."""
     roots = {root.pid for root in _shared if root.is_running()}

@@ -21,7 +21,16 @@ import pytest
 from gputop.agent.client import agent_status, request_flop_count
 from gputop.collect.scenarios import STARTUP_S
 from gputop.peaks import peak_for
-from tests.conftest import REPO, SLOW, cli_env, end_popen, run_cli, wait_for
+from tests.conftest import (
+    REPO,
+    SLOW,
+    TOUR_RECORD_S,
+    Background,
+    cli_env,
+    end_popen,
+    run_cli,
+    wait_for,
+)
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world, running
 from tests.test_tui_terminal import Tmux, end_processes, start, tmux_or_skip
 
@@ -262,44 +271,22 @@ def test_report_prints_goodput_and_j_per_step_and_gates_on_mfu(world, tmp_path):
     assert "throughput" not in reason[0]
 
 
-class TourRun:
-    """A gputop command on the tour, started at once; its output goes to files (no pipe fills
-    while another test waits)."""
-
-    def __init__(self, folder: Path, name: str, *args: str) -> None:
-        self.out, self.err = folder / f"{name}.out", folder / f"{name}.err"
-        with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "gputop", "--demo", "tour",
-                                          *args], stdout=out, stderr=err, text=True,
-                                         env=cli_env(), cwd=REPO)
-
-    def result(self, timeout: float) -> tuple[int, str, str]:
-        code = self.proc.wait(timeout)
-        return code, self.out.read_text(), self.err.read_text()
-
-
 @pytest.fixture(scope="module")
-def tour_runs(tmp_path_factory, share_process):
-    """The tour recorded for 25 s and measured by a snapshot over 25 s, both at once: each only
-    waits out its 25 s."""
-    folder = tmp_path_factory.mktemp("tour")
-    runs = {"record": TourRun(folder, "record", "--interval", "1", "record", "-o",
-                              str(folder / "tour.parquet"), "--duration", "25",
-                              "--flush-every", "5"),
-            "snapshot": TourRun(folder, "snapshot", "--gpus", "0", "snapshot", "--json",
-                                "--measure", "25")}
-    for run in runs.values():
-        share_process(run.proc)
-    yield folder, runs
-    for run in runs.values():
-        end_popen(run.proc)
+def tour_runs(tmp_path_factory, tour_recording, share_process):
+    """The tour's recording (shared with the replay's tests) and a snapshot measuring the tour
+    over 25 s, both at once: each only waits out its time."""
+    snapshot = Background(tmp_path_factory.mktemp("tour"), "snapshot", "--demo", "tour",
+                          "--gpus", "0", "snapshot", "--json", "--measure", "25")
+    share_process(snapshot.proc)
+    yield tour_recording, snapshot
+    end_popen(snapshot.proc)
 
 
 def test_tour_recording_report_has_the_trainers_efficiency(tour_runs):
     """Acceptance 3 on the demo: `gputop --demo tour` records its torch job's efficiency."""
-    folder, runs = tour_runs
-    out = folder / "tour.parquet"
-    code, _, err = runs["record"].result(SLOW + 25)
+    recording = tour_runs[0]
+    out = recording.path
+    code, _, err = recording.result(SLOW + TOUR_RECORD_S)
     assert code == 0, err
     report = run_cli("report", str(out))
     assert report.returncode == 0, report.stderr
@@ -314,7 +301,7 @@ def test_tour_snapshot_mfu_follows_from_the_simulated_peak_and_the_measured_step
     """Acceptance 2's numbers: the tour's GPU 0 is a simulated A100 running the torch demo
     trainer; MFU = its counted FLOPs x its agent's steps/s / 19.5 TFLOP/s, and J/step comes
     from the simulated energy counter over the steps the agent counted."""
-    code, out, err = tour_runs[1]["snapshot"].result(SLOW + 25)
+    code, out, err = tour_runs[1].result(SLOW + 25)
     assert code == 0, err
     gpu = json.loads(out)["gpus"][0]
     trainer = next(p for p in gpu["processes"] if "gputop.demo.train" in p["cmdline"])

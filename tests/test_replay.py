@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SHARED, run_cli
+from tests.conftest import SHARED, SLOW, TOUR_RECORD_S, run_cli
 
 REALGPU = SHARED / "realgpu"
 needs_realgpu = pytest.mark.skipif(not REALGPU.is_dir(),
@@ -33,12 +33,11 @@ def replay_json(path, *extra: str) -> tuple[list[dict], str]:
 
 
 @pytest.fixture(scope="module")
-def tour(tmp_path_factory):
-    out = tmp_path_factory.mktemp("replay") / "tour"
-    done = run_cli("--demo", "tour", "record", "-o", str(out), "--duration", "30",
-                   "--flush-every", "5")
-    assert done.returncode == 0, done.stderr
-    return out
+def tour(tour_recording):
+    """30 s of the tour recorded (once for the efficiency tests too)."""
+    code, _, err = tour_recording.result(SLOW + TOUR_RECORD_S)
+    assert code == 0, err
+    return tour_recording.path
 
 
 def test_a_replay_raises_what_was_raised_live(tour):
