@@ -5,8 +5,6 @@ that line; a job that dies of an allocation failure is announced, and `M` shows 
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import shlex
 import subprocess
 import sys
@@ -20,7 +18,7 @@ from gputop.tui.app import GputopApp
 from tests.conftest import REPO, SLOW, end_popen, wait_for
 from tests.scripts.agent_testkit import gputop_run, private_agent_world, wait_for_steps
 from tests.test_tui_terminal import Tmux, start, tmux_or_skip
-from tests.tui_data import scenario_snapshots, screen_text, with_process
+from tests.tui_data import run_async, scenario_snapshots, screen_text, until, with_process
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(6 * SLOW)
@@ -28,23 +26,6 @@ pytestmark = pytest.mark.timeout(6 * SLOW)
 JOBS = REPO / "tests" / "scripts" / "memory_jobs.py"
 sys.path.insert(0, str(JOBS.parent))
 from memory_jobs import APPEND_LINE  # noqa: E402
-
-
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
-
-
-async def until(pilot, condition, timeout: float = SLOW):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {condition}\n"
-                                 + screen_text(pilot.app))
-        await pilot.pause(0.05)
 
 
 @pytest.fixture

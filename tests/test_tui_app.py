@@ -3,13 +3,10 @@ and once on the real sampler thread over a demo scenario."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import re
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -21,30 +18,15 @@ from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
 from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.process_view import ProcessScreen
 from tests.conftest import SLOW, wait_for
-from tests.tui_data import scenario_snapshots, screen_text, with_process
+from tests.tui_data import run_async, scenario_snapshots, screen_text, until, with_process
 
 pytestmark = pytest.mark.timeout(2 * SLOW)
 
 
-def run_async(test):
-    """Run an async test on a fresh event loop (no asyncio plugin is needed)."""
-
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 TOUR = scenario_snapshots("tour", 90)
 
 
-async def until(pilot, condition, timeout: float = SLOW):
-    """Let the app run until ``condition()`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {condition}")
-        await pilot.pause(0.01)
 
 
 async def started(pilot):

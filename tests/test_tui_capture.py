@@ -3,8 +3,6 @@ the agent, real sockets, real traces; and a job with the agent that never steps.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import shutil
 import subprocess
@@ -22,28 +20,15 @@ from gputop.tui.severity import SEVERITY_MARK
 from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
 from tests.conftest import SLOW, cli_env, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, private_runtime_dir
-from tests.tui_data import scenario_snapshots, screen_text, with_process
+from tests.tui_data import run_async, scenario_snapshots, screen_text, until, with_process
 
 pytest.importorskip("torch")
 # Generous: each test waits on a few things (torch imports, a capture) of up to SLOW each.
 pytestmark = pytest.mark.timeout(5 * SLOW)
 
 
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 
-async def until(pilot, condition, timeout: float = SLOW):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {condition}\n"
-                                 + screen_text(pilot.app))
-        await pilot.pause(0.05)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ diagnosis screen on a real trace, and the auto-capture throttle on a scripted cl
 from __future__ import annotations
 
 import asyncio
-import functools
-import time
 from dataclasses import replace
 
 import pytest
@@ -19,27 +17,15 @@ from gputop.tui.severity import SEVERITY_MARK
 from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
 from gputop.tui.widgets.findings import findings_text
 from tests.conftest import DEMO_TRACE, SLOW
-from tests.tui_data import scenario_snapshots, screen_text
+from tests.tui_data import run_async, scenario_snapshots, screen_text, until
 
 pytestmark = pytest.mark.timeout(2 * SLOW)
 
 STARVED = scenario_snapshots("input-starved", 40)
 
 
-def run_async(test):
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
 
 
-async def until(pilot, condition, timeout: float = SLOW):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {condition}")
-        await pilot.pause(0.02)
 
 
 def finding(id_: str = "dataloader-stall", pid: int | None = 4100, gpu: int | None = 0,

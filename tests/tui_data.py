@@ -4,12 +4,16 @@ written out here so no pid, user or load of the test machine leaks into a screen
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import time
 from dataclasses import replace
 
 from gputop.collect import simnvml
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.scenarios import SCENARIOS
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
+from tests.conftest import SLOW
 
 START = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC: any fixed time will do
 GIB = 1024**3
@@ -137,3 +141,24 @@ def screen_text(app) -> str:
     console.print(app.screen._compositor.render_update(full=True,
                                                          screen_stack=app._background_screens))
     return console.export_text()
+
+
+def run_async(test):
+    """Run an async test on a fresh event loop (no asyncio plugin is needed)."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
+
+
+async def until(pilot, condition, timeout: float = SLOW, interval: float = 0.02):
+    """Let the app run until ``condition()`` holds; fail after ``timeout`` seconds with what
+    the screen shows."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {condition}\n"
+                                 + screen_text(pilot.app))
+        await pilot.pause(interval)

@@ -44,6 +44,14 @@ def _ours(ref: Any, ignore: set[int]) -> bool:
                                  and ref.f_code.co_filename == __file__)
 
 
+def _local(frame: types.FrameType, value: Any, where: bool) -> str:
+    """``value`` as a local of a running function (with its file and line when ``where``)."""
+    code = frame.f_code
+    name = _name_in(frame.f_locals, value) or "?"
+    place = f" ({code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})" if where else ""
+    return f"local `{name}` of {code.co_name}{place}"
+
+
 def _holder(container: Any, ignore: set[int]) -> str | None:
     """Who holds ``container`` under which name: a module's global, an object's attribute,
     a function's local."""
@@ -51,10 +59,7 @@ def _holder(container: Any, ignore: set[int]) -> str | None:
         if _ours(ref, ignore):
             continue
         if isinstance(ref, types.FrameType):
-            code = ref.f_code
-            name = _name_in(ref.f_locals, container) or "?"
-            return (f"local `{name}` of {code.co_name} ({code.co_filename.rsplit('/', 1)[-1]}"
-                    f":{ref.f_lineno})")
+            return _local(ref, container, where=True)
         if isinstance(ref, dict):
             name = _name_in(ref, container)
             if name is None:
@@ -77,9 +82,7 @@ def _describe(tensor: Any, ignore: set[int]) -> str:
         if _ours(ref, ignore):
             continue
         if isinstance(ref, types.FrameType):
-            code = ref.f_code
-            name = _name_in(ref.f_locals, tensor) or "?"
-            return f"local `{name}` of {code.co_name}"
+            return _local(ref, tensor, where=False)
         if isinstance(ref, (list, tuple, set, frozenset, dict)) or type(ref).__name__ == "deque":
             held = _holder(ref, ignore | {id(ref)})
             what = f"a {type(ref).__name__} of {len(ref)}"

@@ -90,9 +90,13 @@ def _peak(report: MemoryReport) -> list[str]:
         out.append(f"  {name.replace('_', ' '):<16} {size(value):>10}  {share:>4.0%}  {bar}")
     if p.activation_lines:
         out.append("  activations by line:")
-        for x in p.activation_lines[:8]:
-            out.append(f"    {size(x.bytes):>10}  {_place(x)}")
+        out.extend(_sized_lines(p.activation_lines, "    "))
     return out
+
+
+def _sized_lines(lines, indent: str) -> list[str]:
+    """The first 8 of a list of source lines with their bytes, one a row."""
+    return [f"{indent}{size(x.bytes):>10}  {_place(x)}" for x in lines[:8]]
 
 
 def _allocator(report: MemoryReport) -> list[str]:
@@ -157,8 +161,7 @@ def _oom(report: MemoryReport) -> list[str]:
             out.append(f"  ({c.cut})")
     if report.live_lines:
         out.append("Live allocations by line (the allocator's history):")
-        for x in report.live_lines[:8]:
-            out.append(f"  {size(x.bytes):>10}  {_place(x)}")
+        out.extend(_sized_lines(report.live_lines, "  "))
     return out
 
 
