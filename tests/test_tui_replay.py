@@ -45,7 +45,10 @@ def test_in_a_terminal_the_replay_shows_the_gpu_processes_and_findings(terminal)
     paused = position(term.capture())
     term.keys("Right")
     wait_for(lambda: position(term.capture())[1] == paused[1] + 1, timeout=SLOW)
+    # One key at a time: two arrows' escape sequences sent at once can reach a busy app split,
+    # and ESC, "[", "D" is Escape and then the seek key "[".
     term.keys("Left")
+    wait_for(lambda: position(term.capture())[1] == paused[1], timeout=SLOW)
     term.keys("Left")
     wait_for(lambda: position(term.capture())[1] == paused[1] - 1, timeout=SLOW)
     term.keys("End")
