@@ -23,6 +23,19 @@ class WorkerSample:
     threads: int | None = None
 
 
+class _MemoryShare:
+    """``mem_percent`` of a sample with ``mem_used`` and ``mem_total`` (a GPU, a MIG device)."""
+
+    mem_used: int | None
+    mem_total: int | None
+
+    @property
+    def mem_percent(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return 100.0 * self.mem_used / self.mem_total
+
+
 # -- containers, pid namespaces and MIG (issue 29) ------------------------------------------
 
 
@@ -46,7 +59,7 @@ class Owner:
 
 
 @dataclass(frozen=True)
-class MigSample:
+class MigSample(_MemoryShare):
     """One MIG device of a MIG-enabled GPU (a GPU instance with its compute instance).
 
     NVML gives no utilization for a MIG device: ``sm_active`` and the other activities come
@@ -66,12 +79,6 @@ class MigSample:
     tensor_active: float | None = None
     dram_active: float | None = None
     pids: tuple[int, ...] = ()
-
-    @property
-    def mem_percent(self) -> float | None:
-        if self.mem_used is None or not self.mem_total:
-            return None
-        return 100.0 * self.mem_used / self.mem_total
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,7 @@ class ProcSample:
 
 
 @dataclass(frozen=True)
-class GpuSample:
+class GpuSample(_MemoryShare):
     index: int
     uuid: str | None = None
     name: str | None = None
@@ -183,12 +190,6 @@ class GpuSample:
     # then NVML reports no utilization for the GPU and ``mig`` lists its MIG devices.
     mig_mode: bool | None = None
     mig: tuple[MigSample, ...] = ()
-
-    @property
-    def mem_percent(self) -> float | None:
-        if self.mem_used is None or not self.mem_total:
-            return None
-        return 100.0 * self.mem_used / self.mem_total
 
 
 @dataclass(frozen=True)

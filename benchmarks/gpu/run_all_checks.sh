@@ -16,15 +16,8 @@ mkdir -p "$out"
 work=$(mktemp -d)
 mkdir -p "$work/logs"
 
-if [ -d .whl ] && [ -z "${NO_WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
-py=${PYTHON:-python3}
+# shellcheck source=benchmarks/gpu/python_env.sh
+. benchmarks/gpu/python_env.sh
 summary="$work/logs/summary.txt"
 
 check() {  # check NAME SECONDS CMD...

@@ -17,15 +17,8 @@ shift 2 2>/dev/null || shift $#
 cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=(healthy starved hostbound pcie tinykernels leak sync)
 
-if [ -d .whl ] && [ -z "${NO_WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
-py=${PYTHON:-python3}
+# shellcheck source=benchmarks/gpu/python_env.sh
+. benchmarks/gpu/python_env.sh
 gputop() { "$py" -m gputop "$@"; }
 
 work=$(mktemp -d)
