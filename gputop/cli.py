@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             # Parse again so `gputop` alone gets the `top` command's defaults.
             args = parser.parse_args([*argv, "top"])
             _validate_globals(args)
-        from gputop.fleet.cli import check_fleet_command, fleet_requested
+        from gputop.commands.fleet import check_fleet_command, fleet_requested
 
         check_fleet_command(args, name)
         if not fleet_requested(args):  # with --hosts, --gpus is the nodes' business

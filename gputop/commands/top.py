@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from gputop.fleet.cli import fleet_requested, run_fleet_top
+    from gputop.commands.fleet import fleet_requested, run_fleet_top
 
     if fleet_requested(args):  # --hosts, --hostfile, --slurm: the fleet screen
         if getattr(args, "replay", None):

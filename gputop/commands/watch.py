@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from gputop.fleet.cli import fleet_requested, run_fleet_watch
+    from gputop.commands.fleet import fleet_requested, run_fleet_watch
 
     if fleet_requested(args):  # --hosts and the like: the findings of every node
         return run_fleet_watch(args)

@@ -1,7 +1,8 @@
 """`gputop --hosts ...` (the fleet screen) and `gputop watch --hosts ...` (for scripts).
 
 The live monitor and `watch` hand over to this module when a --hosts, --hostfile or --slurm
-option is given; no other command takes them.
+option is given; no other command takes them. A command, not part of ``gputop.fleet``: it
+draws with ``gputop.tui.fleet_app``, which sits above the fleet's monitor.
 """
 
 from __future__ import annotations
