@@ -7,7 +7,7 @@ schema documented in the README (``gputop snapshot --json``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -232,49 +232,3 @@ class Snapshot:
     gpus: tuple[GpuSample, ...] = ()
     # Training processes with an agent that no GPU reports (no driver, CPU runs).
     other_processes: tuple[ProcSample, ...] = field(default=())
-
-    def to_json(self) -> dict[str, Any]:
-        return snapshot_to_json(self)
-
-
-# Fields written to JSON only when set, so the schema of a plain host stays as it was.
-_OPTIONAL_PROC = ("agent", "ns_pid", "host_pid", "owner", "gpu_instance", "compute_instance",
-                  "hidden", "efficiency")
-
-
-def _proc_to_json(proc: ProcSample) -> dict[str, Any]:
-    data = asdict(proc)
-    data["workers"] = [asdict(w) for w in proc.workers]
-    for key in _OPTIONAL_PROC:
-        if data.get(key) is None:
-            data.pop(key, None)
-    if proc.owner is not None:
-        data["owner"] = {k: v for k, v in data["owner"].items() if v is not None}
-    return data
-
-
-def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
-    """The public ``snapshot --json`` schema: plain dicts, lists and scalars."""
-    gpus = []
-    for gpu in snap.gpus:
-        data = asdict(gpu)
-        data["clock_events"] = list(gpu.clock_events)
-        data["processes"] = [_proc_to_json(p) for p in gpu.processes]
-        if gpu.mig_mode is None:  # a GPU without MIG: the schema as before
-            data.pop("mig_mode")
-            data.pop("mig")
-        else:
-            data["mig"] = [{**asdict(m), "pids": list(m.pids)} for m in gpu.mig]
-        gpus.append(data)
-    host = asdict(snap.host)
-    host["cpu_per_core"] = list(snap.host.cpu_per_core)
-    from gputop.job_groups import jobs_in
-
-    return {
-        "time": snap.time,
-        "host": host,
-        "driver": asdict(snap.driver),
-        "gpus": gpus,
-        "processes": [_proc_to_json(p) for p in snap.other_processes],
-        "jobs": [job.to_json() for job in jobs_in(snap)],
-    }

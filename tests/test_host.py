@@ -15,6 +15,7 @@ import pytest
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import Sampler
+from gputop.snapshot_json import snapshot_to_json
 from tests.conftest import SLOW, wait_for
 
 # A parent that forks two children burning CPU, then waits: a DataLoader-shaped tree.
@@ -112,7 +113,7 @@ def test_sampler_without_driver_still_samples_the_host(simulated):
     assert not driver.available and "not found" in driver.error
     snap = sampler.sample()
     assert snap.gpus == () and snap.host.memory_total > 0
-    assert snap.to_json()["driver"]["available"] is False
+    assert snapshot_to_json(snap)["driver"]["available"] is False
 
 
 def test_sampler_joins_gpu_pids_with_their_trees(simulated, sim_clock, busy_tree):
@@ -131,7 +132,7 @@ def test_sampler_joins_gpu_pids_with_their_trees(simulated, sim_clock, busy_tree
     proc = snap.gpus[0].processes[0]
     assert proc.pid == busy_tree.pid and proc.gpu_mem > 0 and proc.sm_util is not None
     assert len(proc.workers) == 2
-    data = snap.to_json()
+    data = snapshot_to_json(snap)
     worker = data["gpus"][0]["processes"][0]["workers"][0]
     assert set(worker) >= {"pid", "cpu_percent", "state"}
     sampler.close()

@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if not snap.driver.available:
         print(f"gputop: {snap.driver.error}; {NO_DRIVER_HINT}", file=sys.stderr)
     if args.json:
-        print(json.dumps(snap.to_json()))
+        from gputop.snapshot_json import snapshot_to_json
+
+        print(json.dumps(snapshot_to_json(snap)))
     else:
         print(format_snapshot(snap))
     return 0

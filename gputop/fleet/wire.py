@@ -23,21 +23,26 @@ schema number is higher than its own.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gputop.format import RAW_IN_JSON, json_safe, safe_text
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, snapshot_to_json
+from gputop.format import json_safe
+from gputop.model import Snapshot
+from gputop.snapshot_json import (  # noqa: F401  (MAX_LINE: a stream line's cap is a snapshot's)
+    MAX_LINE,
+    MAYBE_DIRTY,
+    WireError,
+    WireSnapshot,
+    decode_bounded,
+    escape_strings,
+    one_line,
+    snapshot_from_wire,
+    snapshot_to_json,
+)
 
 SCHEMA = 1
-MAX_LINE = 1 << 20  # bytes; a 64-GPU node with 1000 processes writes ~300 KB
-MAX_GPUS = 64
-MAX_PROCESSES = 1024  # per GPU, and training processes outside the GPUs
-MAX_WORKERS = 1024  # per process
 MAX_FINDINGS = 256
 MAX_TEXT = 2000  # characters of a finding's title, evidence, fix or next step
 
@@ -68,17 +73,9 @@ class RemoteFinding(msgspec.Struct, frozen=True):
     pid: int | None = None
 
 
-class _WireSnapshot(msgspec.Struct, frozen=True):
-    time: float
-    host: HostSample
-    driver: DriverInfo
-    gpus: tuple[GpuSample, ...] = ()
-    processes: tuple[ProcSample, ...] = ()
-
-
 class _WireSample(msgspec.Struct, tag_field="type", tag="sample", frozen=True):
     time: float
-    snapshot: _WireSnapshot
+    snapshot: WireSnapshot
     findings: tuple[RemoteFinding, ...] = ()
 
 
@@ -93,19 +90,7 @@ class Sample(msgspec.Struct, frozen=True):
     findings: tuple[RemoteFinding, ...]
 
 
-class WireError(ValueError):
-    """A line that is not valid schema-1 stream output; the message is one escaped line."""
-
-# What safe_text would change, as it can appear in a JSON line: JSON's short escapes of
-# controls (\b \f \n \r \t), a \u escape of a C0 or C1 control, DEL, U+200E/F, U+202A-E
-# or U+2066-9, or those characters raw in UTF-8. That is every way JSON can spell them:
-# msgspec refuses raw C0 controls in strings, lone surrogates and invalid UTF-8 by itself.
-# A false alarm (an escaped backslash before an "n") only costs the walk.
-_MAYBE_DIRTY = re.compile(
-    rb"\\[bfnrt]|\\u(?:00[01]|007[fF]|00[89]|200[eEfF]|202[a-eA-E]|206[6-9])|"
-    + RAW_IN_JSON.pattern)
 _decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
-_snapshot_decoder = msgspec.json.Decoder(_WireSnapshot)
 _encoder = msgspec.json.Encoder()
 
 
@@ -136,92 +121,22 @@ def error_line(message: str) -> bytes:
 # -- the reader's side -------------------------------------------------------------------------
 
 
-def _decode(decoder: msgspec.json.Decoder, data: bytes, what: str) -> Any:
-    """``data`` decoded, bounded in size; any failure is a one-line ``WireError``."""
-    if len(data) > MAX_LINE:
-        raise WireError(f"{what} of {len(data)} bytes (limit {MAX_LINE})")
-    try:
-        return decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise WireError(f"invalid {what}: {_one_line(exc)}") from None
-    except msgspec.DecodeError as exc:
-        raise WireError(f"not JSON: {_one_line(exc)}") from None
-
-
 def decode_line(line: bytes) -> Hello | Sample | StreamError:
     """Decode one line (without its newline). Raises ``WireError`` on anything else."""
-    message = _decode(_decoder, line, "stream line")
+    message = decode_bounded(_decoder, line, "stream line")
     # Escaping walks every string; a line that spells no control, DEL or bidi character in any
-    # of JSON's ways (_MAYBE_DIRTY) has nothing to escape.
-    dirty = _MAYBE_DIRTY.search(line) is not None
+    # of JSON's ways (MAYBE_DIRTY) has nothing to escape.
+    dirty = MAYBE_DIRTY.search(line) is not None
     if isinstance(message, Hello):
         if message.schema > SCHEMA:
             raise WireError(f"stream schema {message.schema}; this gputop reads schema "
                             f"{SCHEMA}: upgrade it")
-        return _clean(message) if dirty else message
+        return escape_strings(message) if dirty else message
     if isinstance(message, StreamError):
         return StreamError(one_line(message.message))
     if len(message.findings) > MAX_FINDINGS:
         raise WireError(f"{len(message.findings)} findings in one sample (limit {MAX_FINDINGS})")
-    sample = Sample(_snapshot(message.snapshot), message.findings)
-    return _clean(sample) if dirty else sample
+    sample = Sample(snapshot_from_wire(message.snapshot), message.findings)
+    return escape_strings(sample) if dirty else sample
 
 
-def decode_snapshot(data: bytes) -> Snapshot:
-    """One ``snapshot --json`` object (a recording's ``_snapshots`` row, say) decoded into the
-    model as a stream's sample is: bounded, typed, escaped. Raises ``WireError``."""
-    snap = _snapshot(_decode(_snapshot_decoder, data, "snapshot"))
-    return _clean(snap) if _MAYBE_DIRTY.search(data) is not None else snap
-
-
-def _snapshot(wire: _WireSnapshot) -> Snapshot:
-    _check_bounds(wire)
-    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
-                    other_processes=wire.processes)
-
-
-def _check_bounds(snap: _WireSnapshot) -> None:
-    if len(snap.gpus) > MAX_GPUS:
-        raise WireError(f"{len(snap.gpus)} GPUs in one sample (limit {MAX_GPUS})")
-    indices = [g.index for g in snap.gpus]
-    if len(set(indices)) != len(indices):
-        raise WireError("the same GPU index twice in one sample")
-    groups = [g.processes for g in snap.gpus] + [snap.processes]
-    for procs in groups:
-        if len(procs) > MAX_PROCESSES:
-            raise WireError(f"{len(procs)} processes on one GPU (limit {MAX_PROCESSES})")
-        for proc in procs:
-            if len(proc.workers) > MAX_WORKERS:
-                raise WireError(f"{len(proc.workers)} workers of one process "
-                                f"(limit {MAX_WORKERS})")
-
-
-def one_line(text: object, limit: int = 300) -> str:
-    """Untrusted text as one short, escaped line."""
-    flat = " ".join(str(text).split())
-    if len(flat) > limit:
-        flat = flat[: limit - 1] + "…"
-    return safe_text(flat)
-
-
-def _one_line(exc: Exception) -> str:
-    return one_line(exc, 200)
-
-
-def _clean(value: Any) -> Any:
-    """``value`` with every string in it escaped (dataclasses, structs, tuples, dicts)."""
-    if isinstance(value, str):
-        return safe_text(value)
-    if isinstance(value, tuple):
-        return tuple(_clean(v) for v in value)
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, msgspec.Struct):
-        changes = {name: _clean(getattr(value, name)) for name in value.__struct_fields__}
-        return msgspec.structs.replace(value, **changes)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _clean(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **changes)
-    return value

@@ -2,7 +2,7 @@
 `gputop replay` and `gputop top --replay`.
 
 A recording with a ``_snapshots`` table holds every sample whole (the ``snapshot --json``
-text): each is decoded as a node's stream sample is (``fleet.wire.decode_snapshot``: typed,
+text): each is decoded as a node's stream sample is (``snapshot_json.decode_snapshot``: typed,
 bounded, escaped), part by part, so memory does not grow with the recording. An older recording
 (GPU rows, ``_processes`` with agent columns, ``_host``) is rebuilt from its tables into the
 same JSON and decoded the same way; what it lacks (the PCIe link, DRAM activity, process states
@@ -22,7 +22,6 @@ from typing import Any
 
 import msgspec
 
-from gputop.fleet.wire import MAX_GPUS, MAX_PROCESSES, WireError, decode_snapshot, one_line
 from gputop.model import GpuSample, Snapshot
 from gputop.recording.store import (
     AGENT_COLUMNS,
@@ -34,6 +33,7 @@ from gputop.recording.store import (
     read_snapshot_part,
     snapshot_parts,
 )
+from gputop.snapshot_json import MAX_GPUS, MAX_PROCESSES, WireError, decode_snapshot, one_line
 
 MAX_NOTES = 20  # skipped rows are named up to this many, then counted
 _INT_FIELDS = {name for name, kind in typing.get_type_hints(GpuSample).items()

@@ -36,7 +36,8 @@ import pyarrow.parquet as pq
 
 from gputop import __version__
 from gputop.efficiency import GOODPUT_KEYS
-from gputop.model import Efficiency, Snapshot, snapshot_to_json
+from gputop.model import Efficiency, Snapshot
+from gputop.snapshot_json import snapshot_to_json
 
 TABLES = ("gpus", "processes", "host", "findings")
 _SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "_findings",
@@ -395,11 +396,3 @@ def read_snapshot_part(part: Path, root: Path, bad: list[str]) -> pd.DataFrame:
     return frame.sort_values("time", kind="stable", ignore_index=True)
 
 
-def read_snapshot_rows(path: Path) -> tuple[pd.DataFrame, list[str]]:
-    """The recording's snapshots table (time, snapshot JSON text), in time order, and the parts
-    that could not be read. Empty for recordings made before the table existed."""
-    bad: list[str] = []
-    frame = _read_table(path / _SUBDIR[SNAPSHOTS], path, bad, SNAPSHOTS)
-    if not frame.empty:
-        frame = frame.sort_values("time", kind="stable", ignore_index=True)
-    return frame, bad

@@ -64,8 +64,8 @@ def forged_lines(forge: str, ascii_only: bool) -> tuple[str, str]:
         ProcSample,
         Snapshot,
         WorkerSample,
-        snapshot_to_json,
     )
+    from gputop.snapshot_json import snapshot_to_json
 
     def filled(cls, **given):
         values = {}
