@@ -22,13 +22,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from gputop.diagnostics import next_steps as ns
+from gputop.diagnostics.findings import (  # noqa: F401  (the live rules read them here)
+    CRITICAL_SHARE,
+    WARNING_SHARE,
+    severity_for,
+)
 from gputop.model import GpuSample, ProcSample
 
 WINDOW_S = 10.0  # most rules look at the last 10 s
 # Rules need this many samples of a GPU (after its start-up) before they judge it.
 MIN_SAMPLES = 3
-WARNING_SHARE = 0.05
-CRITICAL_SHARE = 0.25
 # memory-growth fits a line to up to MEMORY_WINDOW_S of samples taken after the job's start-up
 # (the caching allocator's first fill is over by its first step); it needs MEMORY_MIN_S of them,
 # half the rules' window, to raise, and a rise that has held MEMORY_CRITICAL_S to be called
@@ -51,12 +54,6 @@ def mean(values: Iterable[float | None]) -> float | None:
     # tick. ``v == v`` is False for NaN only.
     vals = [v for v in values if v is not None and v == v]
     return math.fsum(vals) / len(vals) if vals else None
-
-
-def severity_for(share: float) -> str:
-    if share >= CRITICAL_SHARE:
-        return "critical"
-    return "warning" if share >= WARNING_SHARE else "info"
 
 
 def gib(value: float) -> str:

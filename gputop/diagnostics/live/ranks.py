@@ -18,21 +18,13 @@ import statistics
 from dataclasses import replace
 
 from gputop.diagnostics import next_steps as ns
-from gputop.diagnostics.findings import Finding
+from gputop.diagnostics.findings import WARNING_SHARE, Finding, severity_for
 from gputop.job_groups import JobView, RankView
 
 # The agent's figures describe its last steps; a rank needs a few timed steps before it is
 # compared (the first steps are start-up: compilation, allocator, cuDNN autotune).
 MIN_STEPS = 5
-WARNING_SHARE = 0.05
-CRITICAL_SHARE = 0.25
 WINDOW_S = 10.0  # the cost is expressed over the live rules' window, as theirs is
-
-
-def _severity(share: float) -> str:
-    if share >= CRITICAL_SHARE:
-        return "critical"
-    return "warning" if share >= WARNING_SHARE else "info"
 
 
 def _ms(seconds: float) -> str:
@@ -95,7 +87,7 @@ def rank_imbalance(jobs: list[JobView]) -> list[Finding]:
                    "per rank")
         out.append(Finding(
             id="imbalance",
-            severity=_severity(share),
+            severity=severity_for(share),
             title=(f"rank {worst.rank} holds job {job.job_id} back ({cause}): the other "
                    f"{len(others)} rank(s) lose ~{_ms(lost)} per step waiting for it"),
             evidence=(f"{_label(worst)}: {why}. DataLoader wait per rank: {waits or 'n/a'}; "
