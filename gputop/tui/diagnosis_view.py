@@ -16,8 +16,8 @@ from rich.text import Text
 
 from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
 from gputop.diagnostics.trace.analysis import TraceAnalysis
+from gputop.diagnostics.trace.kernels import kernel_base_name, short_kernel_name
 from gputop.diagnostics.trace.report import BAR_ROLES, breakdown_bar, format_report
-from gputop.diagnostics.trace.rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
 PERFETTO = "https://ui.perfetto.dev"

@@ -97,15 +97,6 @@ def op_kind(name: str, cat: str) -> str:
     return "collective-mark" if kind else "mark"
 
 
-def is_operator(ev: Event) -> bool:
-    """A dispatcher operator (``aten::mm``, ``c10d::allreduce_``, ``vllm::...``), not a
-    record_function range or an annotation."""
-    cat = ev.cat
-    return (cat == "cpu_op" or cat == "Operator") and "::" in ev.name and not ev.name.startswith(
-        DATALOADER_PREFIX
-    )
-
-
 def _outermost(events: list[Event]) -> list[Event]:
     """Events not nested in another of the list (the list sorted by start, longest first)."""
     out: list[Event] = []

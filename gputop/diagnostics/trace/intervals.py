@@ -128,9 +128,3 @@ class RangeIndex:
         i = bisect_right(self.starts, t)
         return self.starts[i] if i < len(self.starts) else None
 
-    def last_end_before(self, t: float) -> float | None:
-        """End of the last range that starts at or before ``t``, capped at ``t``."""
-        i = bisect_right(self.starts, t)
-        if i == 0:
-            return None
-        return min(self.ranges[i - 1][1], t)

@@ -79,10 +79,6 @@ def kernel_class(name: str) -> tuple[bool, bool, str]:
     return False, True, "unknown"
 
 
-def is_comm_kernel(name: str) -> bool:
-    return kernel_class(name)[0]
-
-
 # --- runtime calls -----------------------------------------------------------------------------
 
 SYNC_APIS = frozenset(
@@ -204,3 +200,41 @@ _HOST_WAIT = re.compile(r"^<built-in method wait of pybind11|^_c10d_functional::
 
 def is_host_collective_wait(name: str) -> bool:
     return bool(_HOST_WAIT.match(name))
+
+
+# --- names for people and for ncu ------------------------------------------------------------
+
+
+def kernel_base_name(name: str) -> str:
+    """The function name ncu's ``--kernel-name`` matches (its default --kernel-name-base is the
+    function name without namespace, template arguments or parameters)."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    cut = len(text)
+    for ch in "<(":
+        i = text.find(ch)
+        if i != -1:
+            cut = min(cut, i)
+    text = text[:cut]
+    return text.rsplit("::", 1)[-1].strip() or name[:60]
+
+
+def short_kernel_name(name: str, limit: int = 60) -> str:
+    """Readable kernel name: namespaces kept, template arguments and parameters elided."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    text = re.sub(r"\(.*$", "", text)
+    out, depth = [], 0
+    for ch in text:
+        if ch == "<":
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
