@@ -46,12 +46,11 @@ from gputop.agent.memory_summary import growth, peak, reserved_at
 from gputop.agent.profiling import (
     MAX_RECORD_S,
     MAX_TRACER_SLOWDOWN,
-    CaptureError,
     _integer,
     _number,
-    prepare_capture_dir,
 )
 from gputop.agent.telemetry import StepTelemetry
+from gputop.agent.trace_export import CaptureError, prepare_capture_dir
 
 MAX_STEPS = 100
 DEFAULT_STEPS = 3

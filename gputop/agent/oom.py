@@ -278,7 +278,7 @@ class OomWatch:
         report["source"] = "allocator-state"
 
     def _write(self, report: dict[str, Any]) -> Path:
-        from gputop.agent.profiling import prepare_capture_dir
+        from gputop.agent.trace_export import prepare_capture_dir
 
         path = write_report(prepare_capture_dir(None), report, "oom")
         try:  # the pointer is a convenience: the report stands without it

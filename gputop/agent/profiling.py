@@ -19,18 +19,27 @@ torch is only imported here lazily, and only when the program has imported it al
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from gputop.agent.capture_state import CaptureJob
+from gputop.agent.sigterm import SigtermExport
 from gputop.agent.telemetry import StepTelemetry
-from gputop.protocol import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS, default_capture_dir
+from gputop.agent.trace_export import (
+    CaptureError,
+    Written,
+    error_reply,
+    no_window_reason,
+    prepare_capture_dir,
+    profile_all_threads_supported,
+    profiler_activities,
+    trace_only,
+    write_trace,
+)
+from gputop.protocol import DEFAULT_STEPS, MAX_STEPS
 
 MAX_WARMUP = 100
 MAX_SECONDS = 600.0
@@ -43,17 +52,7 @@ FALLBACK_WINDOW_S = 5.0  # the time window recorded for a job slower than the de
 # usual step ends the recording: the rest would cost as much again, and so would the
 # profiler's stop, which processes every Python call recorded.
 MAX_TRACER_SLOWDOWN = 3.0
-CUT_TIMEOUT_S = 300.0  # the child process that cuts a trace to its budget, at most
-
 _BOOL_FIELDS = ("record_shapes", "with_stack", "profile_memory")
-
-
-class CaptureError(Exception):
-    """A capture request that cannot be served: becomes an error reply ``code``/``message``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _number(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
@@ -124,225 +123,7 @@ def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def prepare_capture_dir(out: str | None) -> Path:
-    """Create the capture directory (0700) and make sure we can write in it, or CaptureError."""
-    path = Path(out) if out else default_capture_dir()
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not path.is_dir():
-            raise NotADirectoryError(20, "Not a directory")
-        probe = path / f".gputop-probe-{os.getpid()}-{threading.get_ident()}"
-        probe.mkdir(mode=0o700)
-        probe.rmdir()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise CaptureError("capture-dir", f"cannot write traces to {path}: {reason}") from None
-    return path
-
-
-def trace_file_name(now_s: float | None = None) -> str:
-    """``<host>_<pid>.<time_ms>.pt.trace.json.gz``: torch's tensorboard_trace_handler naming."""
-    ms = int((time.time() if now_s is None else now_s) * 1000)
-    return f"{socket.gethostname()}_{os.getpid()}.{ms}.pt.trace.json.gz"
-
-
-class Written(NamedTuple):
-    path: Path
-    cut: list[str]  # what was cut to fit the budget, one line each
-    json_bytes: int  # what the profiler wrote, before any cut
-
-
-def write_trace(profiler: Any, directory: Path, budget: int | None = None) -> Written:
-    """Export ``profiler``'s Chrome trace gzipped into ``directory`` with mode 0600, cut to
-    ``budget`` bytes of JSON when it is larger.
-
-    The raw JSON goes to a private temporary directory next to the target and the gzip file
-    appears under its final name only when complete (os.replace), so no reader ever sees half a
-    trace and nothing half-written stays behind on failure (disk full, directory gone).
-    """
-    import gzip
-    import shutil
-    import tempfile
-    import zlib
-
-    if _free_bytes(directory) < MIN_FREE_BYTES:
-        # Kineto writes straight to the file; on a full disk it fails half way, reports the
-        # file as missing and can keep its handle: do not start an export that cannot finish.
-        raise OSError(errno.ENOSPC, f"no space left on device ({_free_bytes(directory)} bytes "
-                                    "free)")
-    tmpdir = tempfile.mkdtemp(prefix=".gputop-export-", dir=directory)  # mode 0700
-    try:
-        raw = os.path.join(tmpdir, "trace.json")
-        profiler.export_chrome_trace(raw)
-        with open(raw, "rb") as src:
-            size = src.seek(0, os.SEEK_END)
-            src.seek(max(0, size - 64))
-            tail = src.read().rstrip()
-            if not tail.endswith((b"}", b"]")):
-                raise OSError(28, "trace export incomplete (disk full?)")
-            src.seek(0)
-            name = trace_file_name()
-            staged = os.path.join(tmpdir, name)
-            notes: list[str] = []
-            if budget is not None and size > budget:
-                notes = cut_trace(raw, staged, budget)
-            else:
-                fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                with (
-                    os.fdopen(fd, "wb") as out,
-                    gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out,
-                                  mtime=0) as gz,
-                ):
-                    shutil.copyfileobj(src, gz, 1 << 20)
-        os.chmod(staged, 0o600)
-        final = directory / name
-        os.replace(staged, final)
-        return Written(final, notes, size)
-    except zlib.error as exc:
-        raise OSError(5, f"compression failed: {exc}") from None
-    except OSError as exc:
-        # Measured before the partial files go: a failure on a full disk says so, whatever
-        # the writer reported (Kineto's missing file reads "No such file or directory").
-        if exc.errno != errno.ENOSPC and _free_bytes(directory) < MIN_FREE_BYTES:
-            raise OSError(errno.ENOSPC, "no space left on device") from None
-        raise
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def cut_trace(raw: str, out: str, budget: int) -> list[str]:
-    """Write ``raw`` to ``out`` (gzip) cut to ``budget`` bytes of JSON, in a child process at
-    low priority (``trace_budget``): the training thread never shares its interpreter lock with
-    this work. In this thread when no child can be started."""
-    import json
-    import subprocess
-
-    why = f"over the budget of {JSON_PER_STEP >> 20} MB of JSON per recorded step"
-    root = str(Path(__file__).resolve().parents[2])  # gputop's tree, for the child's path
-    code = ("import os, sys; os.nice(10); sys.path.insert(0, sys.argv[1]); "
-            "from gputop.agent.trace_budget import main; sys.exit(main(sys.argv[2:]))")
-    if sys.executable:
-        try:
-            done = subprocess.run(
-                [sys.executable, "-E", "-c", code, root, raw, out, str(budget), why],
-                stdin=subprocess.DEVNULL, capture_output=True, timeout=CUT_TIMEOUT_S,
-                env={**os.environ, "GPUTOP_AGENT": "0"}, check=False)
-            if done.returncode == 0:
-                return [str(n) for n in json.loads(done.stdout.decode().splitlines()[-1])]
-        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-            pass
-    from gputop.agent.trace_budget import cut_to_budget
-
-    return cut_to_budget(raw, out, budget, why)
-
-
-# Below this much free space an export is refused or its failure called a full disk: a trace
-# of even a few steps is megabytes of JSON.
-MIN_FREE_BYTES = 1 << 20
-
-
-def _free_bytes(directory: Path) -> int:
-    try:
-        st = os.statvfs(directory)
-    except OSError:
-        return MIN_FREE_BYTES  # unknown: let the write itself say what is wrong
-    return st.f_bavail * st.f_frsize
-
-
-def profile_all_threads_supported() -> bool:
-    """Whether this torch can record other threads' ops from a profiler on this thread."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        from torch.profiler import _ExperimentalConfig
-
-        _ExperimentalConfig(profile_all_threads=True)
-    except Exception:
-        return False
-    return True
-
-
-def _trace_only(with_stack: bool) -> dict[str, Any]:
-    """``experimental_config`` that skips building the profiler's Python event objects at
-    stop (on the training thread): the agent only exports the trace. Not with the Python
-    tracer (torch turns it off there, with a warning in the job's stderr), nor where this
-    torch lacks it."""
-    if with_stack:
-        return {}
-    try:
-        from torch.profiler import _ExperimentalConfig
-
-        return {"experimental_config": _ExperimentalConfig(trace_only=True)}
-    except (ImportError, TypeError):
-        return {}
-
-
-def _activities() -> list[Any]:
-    import torch
-    from torch.profiler import ProfilerActivity
-
-    activities = [ProfilerActivity.CPU]
-    # Only where the program has set CUDA up already: probing would initialise it for them.
-    if torch.cuda.is_initialized():
-        activities.append(ProfilerActivity.CUDA)
-    return activities
-
-
-class CaptureJob:
-    """One capture, from request to reply; fields are read by ``status`` on other threads."""
-
-    def __init__(self, params: dict[str, Any], directory: Path) -> None:
-        self.params = params
-        self.directory = directory
-        self.state = "waiting"  # waiting -> warmup -> recording -> exporting (or cancelling)
-        self.requested_at = time.monotonic()
-        self.steps_seen = 0  # profiler steps since start (warm-up included)
-        self.marks: list[float] = []  # perf_counter at each step boundary while profiling
-        self.profiler: Any = None
-        self.trace_ready = False
-        self.cancel_code: str | None = None
-        self.cancel_message = ""
-        self.blocked_s = 0.0  # training-thread time spent in capture code
-        self.done = threading.Event()
-        self.reply: dict[str, Any] | None = None
-        self.reply_sent = threading.Event()  # the server wrote the reply to the socket
-        self.steps_at_request = 0  # the agent's step count when asked
-        self.first_step: int | None = None  # the step count at which the profiler started
-        # time.time() - time.perf_counter(): the marks in wall-clock time, so the monitor can
-        # place its Python stack samples (py-spy) on the trace's steps.
-        self.wall_offset = time.time() - time.perf_counter()
-        self.train_thread: int | None = None  # threading.get_ident() of the training thread
-        self.finish_reason: str | None = None  # stop at the next step boundary, and why
-        self.cut: list[str] = []  # what this capture left out, one line each
-        self.notes: list[str] = []  # what it did instead of what was asked
-        self.usual_step_s: float | None = None  # the job's p50 step time when asked
-
-    @property
-    def budget(self) -> int:
-        """Bytes of trace JSON this capture may write."""
-        steps = self.params["steps"] if self.params["mode"] == "steps" else DEFAULT_STEPS
-        return JSON_PER_STEP * max(1, steps)
-
-    @property
-    def total_steps(self) -> int:
-        return self.params["warmup"] + self.params["steps"]
-
-    def progress(self) -> dict[str, Any]:
-        p = self.params
-        recorded = max(0, self.steps_seen - p["warmup"])
-        return {
-            "state": self.state,
-            "mode": p["mode"],
-            "steps_total": p["steps"],
-            "steps_done": min(recorded, p["steps"]),
-            "warmup": p["warmup"],
-            "seconds": p["seconds"],
-            "elapsed_s": round(time.monotonic() - self.requested_at, 3),
-        }
-
-
-class CaptureController:
+class CaptureController(SigtermExport):
     """Runs at most one capture at a time; the second request is told ``busy``."""
 
     def __init__(self, telemetry: StepTelemetry, hooks_ready: Callable[[], str | None]) -> None:
@@ -377,7 +158,7 @@ class CaptureController:
                 if why_not is not None:
                     raise CaptureError("unsupported", why_not)
             elif not profile_all_threads_supported():
-                raise CaptureError("unsupported", self._no_window_reason())
+                raise CaptureError("unsupported", no_window_reason())
             if self.job is not None:
                 raise CaptureError("busy", self._busy_message())
             directory = prepare_capture_dir(params["out"])
@@ -416,7 +197,7 @@ class CaptureController:
                 job.cancel_code, job.cancel_message = code, message
             if job.state == "waiting" and job.params["mode"] == "steps":
                 # Nothing started on the training thread yet: finish here and now.
-                self._finish_locked(job, _error(code, message))
+                self._finish_locked(job, error_reply(code, message))
             elif job.state in ("warmup", "recording"):
                 job.state = "cancelling"  # the next step stops the profiler
         return True
@@ -464,7 +245,7 @@ class CaptureController:
                 except Exception as exc:
                     self.telemetry.record_error(exc)
             with self._lock:
-                self._finish_locked(job, reply or _error(
+                self._finish_locked(job, reply or error_reply(
                     "exited", f"{why} before the capture finished" + (
                         " (a --with-stack recording is not written at exit: it would hold "
                         "the exit up)" if recorded and heavy else "")))
@@ -474,65 +255,11 @@ class CaptureController:
             self._restore_sigterm()
             self._die_if_terminated()
 
-    # SIGTERM while recording (a launcher tearing the job down because another rank died):
-    # when the job has no handler of its own, export the steps recorded so far, then die of
-    # SIGTERM as the job would have. Only the main thread may set signal handlers.
-
-    def _catch_sigterm(self) -> None:
-        import signal
-
-        try:
-            if (threading.current_thread() is threading.main_thread()
-                    and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
-                signal.signal(signal.SIGTERM, self._on_sigterm)
-                self._sigterm_set = True
-        except (ValueError, OSError):
-            pass
-
-    def _restore_sigterm(self) -> None:
-        import signal
-
-        if not self._sigterm_set or self._finishing:
-            return
-        try:
-            if (threading.current_thread() is threading.main_thread()
-                    and signal.getsignal(signal.SIGTERM) == self._on_sigterm):
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                self._sigterm_set = False
-        except (ValueError, OSError):
-            pass
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self._terminated = True
-        if self._finishing:
-            return  # finish_early is exporting: it ends the process when done
-        self.finish_early("the process got SIGTERM")
-        self._die_if_terminated()
-
-    def _die_if_terminated(self) -> None:
-        import signal
-
-        if not self._terminated:
-            return
-        self._terminated = False
-        self._sigterm_set = False
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
     def _busy_message(self) -> str:
         job = self.job
         if job is None:
             return "a capture is already running"
         return f"a capture is already running ({job.state}, {job.progress()['elapsed_s']:.1f} s)"
-
-    def _no_window_reason(self) -> str:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return "the process has not imported torch; there is nothing to profile"
-        return (
-            f"torch {getattr(torch, '__version__', '?')} cannot profile the other threads of the "
-            "process (no profile_all_threads); only step-aligned captures work here"
-        )
 
     def _first_step_wait(self, timeout: float) -> float:
         p95 = self.telemetry.status().get("step_time_p95_s") or 0.0
@@ -574,7 +301,7 @@ class CaptureController:
                     p95 = self.telemetry.status().get("step_time_p95_s") or 0.0
                     give_up_at = now + max(5.0, 2.0 * p95)
                 elif now > give_up_at:
-                    return _error(
+                    return error_reply(
                         job.cancel_code,
                         f"{job.cancel_message} (the profiler stops at the next step)",
                     )
@@ -593,7 +320,7 @@ class CaptureController:
                     f"; a time-window capture does not need steps: gputop capture {os.getpid()} "
                     "--seconds 5"
                     if profile_all_threads_supported()
-                    else f"; {self._no_window_reason()}"
+                    else f"; {no_window_reason()}"
                 )
                 self.cancel(
                     "no-steps",
@@ -615,7 +342,7 @@ class CaptureController:
                     f"only {p['steps_done']} of {p['steps_total']} steps recorded in "
                     f"{timeout:g} s; try fewer --steps or a longer --timeout",
                 )
-        reply = dict(job.reply or _error("capture-failed", "the capture ended without a result"))
+        reply = dict(job.reply or error_reply("capture-failed", "the capture ended without a result"))
         reply["_sent"] = job.reply_sent  # set by the server once the reply is written
         return reply
 
@@ -659,14 +386,14 @@ class CaptureController:
         try:
             if job.cancel_code is not None:
                 self._stop_profiler(job)
-                self._finish(job, _error(job.cancel_code, job.cancel_message))
+                self._finish(job, error_reply(job.cancel_code, job.cancel_message))
             elif job.state == "waiting":
                 start = job.params["start_step"]
                 steps = self.telemetry.steps
                 if start is not None and steps < start:
                     return  # not yet: the other ranks start at the same step
                 if start is not None and steps > start:
-                    self._finish(job, _error("late", f"step {start} passed before the capture "
+                    self._finish(job, error_reply("late", f"step {start} passed before the capture "
                                                      f"could start (now at step {steps})"))
                     return
                 job.first_step = steps
@@ -702,7 +429,7 @@ class CaptureController:
                 self._stop_profiler(job)
             except Exception:
                 pass
-            self._finish(job, _error("capture-failed", f"profiler failed: {exc}"[:300]))
+            self._finish(job, error_reply("capture-failed", f"profiler failed: {exc}"[:300]))
         finally:
             job.blocked_s += time.perf_counter() - t0
 
@@ -728,13 +455,13 @@ class CaptureController:
             if job.cancel_code is not None or self.job is not job or job.state != "waiting":
                 return  # cancelled, or turned into a time window meanwhile
             job.profiler = profile(
-                activities=_activities(),
+                activities=profiler_activities(),
                 schedule=schedule,
                 on_trace_ready=trace_ready,
                 record_shapes=job.params["record_shapes"],
                 with_stack=job.params["with_stack"],
                 profile_memory=job.params["profile_memory"],
-                **_trace_only(job.params["with_stack"]),
+                **trace_only(job.params["with_stack"]),
             )
             job.profiler.start()
             job.marks.append(now)
@@ -769,11 +496,11 @@ class CaptureController:
         except OSError as exc:
             reason = exc.strerror or str(exc)
             self._finish(
-                job, _error("export-failed", f"cannot write the trace to {job.directory}: {reason}")
+                job, error_reply("export-failed", f"cannot write the trace to {job.directory}: {reason}")
             )
             return
         except Exception as exc:
-            self._finish(job, _error("export-failed", f"trace export failed: {exc}"[:300]))
+            self._finish(job, error_reply("export-failed", f"trace export failed: {exc}"[:300]))
             return
         self._finish(job, self._success(job, written))
 
@@ -835,7 +562,7 @@ class CaptureController:
         seconds = job.params["seconds"]
         try:
             prof = profile(
-                activities=_activities(),
+                activities=profiler_activities(),
                 record_shapes=job.params["record_shapes"],
                 with_stack=job.params["with_stack"],
                 profile_memory=job.params["profile_memory"],
@@ -843,7 +570,7 @@ class CaptureController:
             )
             prof.start()
         except Exception as exc:
-            self._finish(job, _error("capture-failed", f"profiler failed to start: {exc}"[:300]))
+            self._finish(job, error_reply("capture-failed", f"profiler failed to start: {exc}"[:300]))
             return job.reply or {}
         job.state = "recording"
         job.train_thread = self.telemetry.step_thread
@@ -857,16 +584,12 @@ class CaptureController:
         try:
             prof.stop()
         except Exception as exc:
-            self._finish(job, _error("capture-failed", f"profiler failed to stop: {exc}"[:300]))
+            self._finish(job, error_reply("capture-failed", f"profiler failed to stop: {exc}"[:300]))
             return job.reply or {}
         job.marks.append(time.perf_counter())
         if job.cancel_code is not None:
-            self._finish(job, _error(job.cancel_code, job.cancel_message))
+            self._finish(job, error_reply(job.cancel_code, job.cancel_message))
         else:
             job.state = "exporting"
             self._export(job, prof)
         return job.reply or {}
-
-
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"ok": False, "error": code, "message": message}

@@ -110,10 +110,6 @@ def nsys_sync(app: str = APP) -> str:
             + " && nsys analyze -r cuda_api_sync sync.nsys-rep")
 
 
-def nsys_python(out: str, app: str = APP) -> str:
-    return nsys(out, app=app, extra=("--python-sampling=true",))
-
-
 def nsys_stats(out: str, reports: str, app: str = APP, extra: Sequence[str] = ()) -> str:
     return nsys(out, app=app, extra=extra) + f" && nsys stats --report={reports} {out}.nsys-rep"
 

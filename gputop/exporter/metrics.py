@@ -17,7 +17,7 @@ empty labels are absent for Prometheus, so a plain GPU's series are named as bef
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.core import (
@@ -394,6 +394,3 @@ def series_count(families: Iterable[Metric]) -> int:
     return sum(len(f.samples) for f in families)
 
 
-def iter_samples(families: Iterable[Metric]) -> Iterator:
-    for family in families:
-        yield from family.samples

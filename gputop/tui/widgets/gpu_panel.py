@@ -8,7 +8,6 @@ repaints only the cells of the lines that changed; unchanged lines keep their re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from rich.segment import Segment
@@ -324,10 +323,6 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
                     strip = Strip(segments).adjust_cell_length(width, base)
             self._strips[index] = strip
         return strip
-
-
-def card_grid_rows(n_gpus: int, columns: int) -> int:
-    return math.ceil(n_gpus / max(1, columns)) if n_gpus else 0
 
 
 __all__ = ["GpuPanel", "changed_span", "split_width"]

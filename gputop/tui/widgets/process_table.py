@@ -187,10 +187,6 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
             self.marks = dict(marks)
             self.refresh_rows()
 
-    def fit_command_column(self) -> None:
-        """Kept for the app: the command column follows the width by itself."""
-        self._layout()
-
     # -- data -------------------------------------------------------------------------------
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
