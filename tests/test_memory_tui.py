@@ -91,9 +91,9 @@ async def test_a_process_that_dies_of_an_allocation_failure_is_shown_with_M(worl
         async with app.run_test(size=(140, 45)) as pilot:
             from gputop.tui.widgets.memory_screen import MemoryScreen
 
-            await until(pilot, lambda: job.pid in app._agent_pids, timeout=2 * SLOW)
+            await until(pilot, lambda: job.pid in app.capture.agent_pids, timeout=2 * SLOW)
             await until(pilot, lambda: job.poll() is not None, timeout=2 * SLOW)
-            await until(pilot, lambda: job.pid in app.ooms)
+            await until(pilot, lambda: job.pid in app.capture.ooms)
             note = next(n for n in app._notifications if "ran out of memory" in n.message)
             assert f"pid {job.pid} ran out of memory at memory_jobs.py:{APPEND_LINE}" \
                 in note.message and note.severity == "error"

@@ -24,35 +24,34 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import os
 import signal
-import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rich.segment import Segment
-from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.filter import LineFilter
-from textual.message import Message
-from textual.worker import get_current_worker
 
 from gputop.diagnostics.findings import finding_key
-from gputop.format import safe_text
 from gputop.job_groups import jobs_in
 from gputop.model import Snapshot
-from gputop.tui.auto_capture import STALL_IDS, AutoCapturePolicy
+from gputop.tui.app_support import (
+    FrameReady,
+    PlainText,
+    SamplerFailed,
+    freeze_startup_objects,
+    showing_process,
+    where_finder,
+)
+from gputop.tui.captures import CaptureController
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
+from gputop.tui.keys import KEYS, LIVE_ONLY, MAIN_ONLY, REPLAY_ONLY
 from gputop.tui.layout import Plan, plan_layout
 from gputop.tui.replay_feed import ReplayFeed
-from gputop.tui.rows import groups
 from gputop.tui.severity import worst_severity
+from gputop.tui.signals import ask_and_signal
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.findings import (
     FindingsBanner,
@@ -69,10 +68,9 @@ from gputop.tui.widgets.process_table import ProcessTable
 from gputop.tui.widgets.text_line import TextLine
 
 if TYPE_CHECKING:
-    from gputop.stacks.where import WhereFinder
+    pass
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
-CAPTURE_STEPS = 3
 # Findings that stay up but whose numbers change are redrawn every FINDINGS_PERIOD seconds of
 # snapshot time (their evidence is a 10 s window: a 5 s refresh reads the same, and the panel
 # costs 2.5x less than redrawn with the table's numbers); a finding that raises or clears, or
@@ -80,123 +78,12 @@ CAPTURE_STEPS = 3
 FINDINGS_PERIOD = 4.9
 
 
-def freeze_startup_objects() -> None:
-    """Move what start-up built (Textual's DOM, styles, modules: ~90 000 objects) out of the
-    garbage collector's sight: each full collection walked them all, ~25 ms every 15 s. A
-    tick makes a few thousand short-lived containers: with the default threshold (700) that
-    was ~3 young collections a second and a middle one every 4 s; now a tenth as many."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(7000, 10, 10)
-    gc.enable()  # `gputop top` starts with it off (commands/top.py)
-
-
-def where_finder(auto_capture: bool) -> WhereFinder | None:
-    """The findings' "where" lines (py-spy), when py-spy is installed; with --auto-capture
-    every stall on a process without the agent gets one (stacks stand in for a capture).
-    Made by the feed after the first frame: the stacks modules are not needed before."""
-    from gputop.stacks.pyspy import find_py_spy
-    from gputop.stacks.where import WhereFinder
-
-    if find_py_spy() is None:
-        return None
-    return WhereFinder(ids_without_agent=STALL_IDS if auto_capture else ())
-
-
-def showing_process(screen) -> bool:
-    """Whether ``screen`` is a process's screen (Enter). Its module, and numpy with it, is
-    imported on first use: before that no screen can be one."""
-    module = sys.modules.get("gputop.tui.widgets.process_view")
-    return module is not None and isinstance(screen, module.ProcessScreen)
-
-
-def home_short(path: str) -> str:
-    """``path`` with the home directory as ~ (the findings panel is narrow)."""
-    home = os.path.expanduser("~")
-    if home not in ("", "/") and path.startswith(home + os.sep):
-        return "~" + path[len(home):]
-    return path
-
-
-@dataclass
-class CaptureRun:
-    """A capture in flight: which process, for which finding (None: the `p` key), since when."""
-
-    pid: int
-    finding: tuple | None
-    started: float
-    stage: str = "asking the agent"
-
-
-class FrameReady(Message):
-    """A new frame from the sampler. A newer one waiting in the queue replaces it."""
-
-    def __init__(self, frame: Frame) -> None:
-        super().__init__()
-        self.frame = frame
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, FrameReady)
-
-
-class SamplerFailed(Message):
-    def __init__(self, error: str) -> None:
-        super().__init__()
-        self.error = error
-
-
-class PlainText(LineFilter):
-    """NO_COLOR: drop every style, not just the colours. Textual's own filter keeps grey
-    tones, and any attribute (bold, reverse) makes terminals emit colour resets too."""
-
-    def apply(self, segments: list[Segment], background) -> list[Segment]:
-        return [Segment(text, None, control) for text, _, control in segments]
-
-
 class GputopApp(App[int]):
     CSS_PATH = "gputop.tcss"
     TITLE = "gputop"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("f", "show_findings", "Findings"),
-        Binding("question_mark", "help", "Help"),
-        Binding("space", "toggle_pause", "Pause"),
-        Binding("1", "window(0)", "Window", key_display="1-4"),
-        Binding("2", "window(1)", "10 min", show=False),
-        Binding("3", "window(2)", "1 h", show=False),
-        Binding("4", "window(3)", "whole run", show=False),
-        Binding("c", "toggle_compact", "Compact"),
-        Binding("s", "cycle_sort", "Sort"),
-        Binding("S", "reverse_sort", "Reverse", show=False),
-        Binding("slash", "filter", "Filter"),
-        Binding("t", "toggle_tree", "Tree"),
-        Binding("enter", "open_process", "Process"),
-        Binding("k", "signal_process", "Kill"),
-        Binding("p", "request_capture", "Capture"),
-        Binding("m", "memory_capture", "Memory"),
-        Binding("M", "last_oom", "Last OOM", show=False),
-        Binding("F", "count_flops", "FLOPs", show=False),
-        Binding("escape", "escape", show=False),
-        # A recording played back (--replay): step, seek, either end.
-        Binding("left", "step(-1)", "Step", key_display="←→", priority=True),
-        Binding("right", "step(1)", "Step", show=False, priority=True),
-        Binding("left_square_bracket", "seek(-60)", "Seek 1 min", key_display="[ ]"),
-        Binding("right_square_bracket", "seek(60)", "Seek", show=False),
-        Binding("home", "seek_to(0)", "Start", show=False, priority=True),
-        Binding("end", "seek_to(-1)", "End", show=False, priority=True),
-    ]
-    # Keys of the main screen only: other screens (diagnosis, findings, a process, the
-    # stacks) neither act on them nor list them in their footers.
-    MAIN_ONLY = frozenset({"toggle_pause", "window", "toggle_compact", "cycle_sort",
-                           "reverse_sort", "filter", "toggle_tree", "open_process",
-                           "signal_process", "request_capture", "help", "escape",
-                           "show_findings", "count_flops", "step", "seek", "seek_to",
-                           "memory_capture", "last_oom"})
-    REPLAY_ONLY = frozenset({"step", "seek", "seek_to"})
-    LIVE_ONLY = frozenset({"signal_process", "request_capture",
-                           "count_flops", "memory_capture"})  # act on a live process
+    BINDINGS = KEYS
+    MAIN_ONLY, REPLAY_ONLY, LIVE_ONLY = MAIN_ONLY, REPLAY_ONLY, LIVE_ONLY
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.MAIN_ONLY and self.screen is not self.screen_stack[0]:
@@ -244,16 +131,9 @@ class GputopApp(App[int]):
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
                                     diagnose=diagnose is not False,
                                     make_where=functools.partial(where_finder, auto_capture))
-        self.auto_capture = AutoCapturePolicy() if auto_capture else None
-        self.capture_timeout = capture_timeout
-        self.captures: dict[int, CaptureRun] = {}
-        self.job_captures: dict[str, CaptureRun] = {}  # by job id
-        self.capture_notes: dict[tuple, str] = {}  # finding key -> the line under it
-        # Out-of-memory reports of processes with the agent that ended (`M` shows the last).
-        self._agent_pids: dict[int, float | None] = {}  # pid -> create time, last frame
-        self.ooms: dict[int, tuple] = {}  # pid -> (MemoryReport, path)
-        self.last_oom: int | None = None
-        self._capture_timer = None
+        # Every capture (p, m, F, M, --auto-capture) runs in the controller beside the App.
+        self.capture = CaptureController(auto_capture=auto_capture, timeout=capture_timeout,
+                                         live=isinstance(self.feed, SamplerFeed))
         self._findings_shown: tuple | None = None
         self._findings_layout: tuple = (0, 0, False)
         self._layout_key: tuple | None = None
@@ -293,6 +173,7 @@ class GputopApp(App[int]):
                 # The filter box (/) is made on first use: start-up.
             yield self.findings
         yield KeyFooter()
+        yield self.capture
 
     def get_line_filters(self):
         if self.no_color:
@@ -456,8 +337,8 @@ class GputopApp(App[int]):
         self.host.update_host(snap.host)
         self._render_gpus(frame)
         self.table.update_snapshot(snap)
+        self.capture.new_frame(snap, frame.findings)
         self._render_findings(frame)
-        self._watch_agents_end(snap)
         if showing_process(self.screen):
             self.screen.update_frame(frame)
 
@@ -475,10 +356,6 @@ class GputopApp(App[int]):
 
     def _render_findings(self, frame: Frame) -> None:
         findings = frame.findings
-        if self.auto_capture is not None:
-            with_agent = {g.proc.pid for g in groups(frame.snapshot) if g.proc.agent}
-            for f in self.auto_capture.due(findings, with_agent):
-                self._start_capture(f.pid, finding_key(f))
         if findings == self._findings_shown:
             return
         same_keys = self._findings_shown is not None and (
@@ -493,15 +370,11 @@ class GputopApp(App[int]):
     def show_findings(self, findings: Sequence) -> None:
         """Render ``findings`` and mark the GPU card / row and the process row each is
         about."""
-        active = {finding_key(f) for f in findings}
-        running = {run.finding for run in self.captures.values()}
-        # A note belongs to its finding: it goes when the finding clears.
-        self.capture_notes = {k: v for k, v in self.capture_notes.items()
-                              if k in active or k in running}
-        self.findings.update_findings(findings, self.capture_notes)
+        notes = self.capture.keep_notes({finding_key(f) for f in findings})
+        self.findings.update_findings(findings, notes)
         self.banner.show_findings(self.findings.findings)
         if isinstance(self.screen, FindingsScreen):
-            self.screen.update_findings(self.findings.findings, self.capture_notes)
+            self.screen.update_findings(self.findings.findings, notes)
         self._relayout_for_findings()
         self._mark_gpus(findings)
         self.table.set_marks(worst_severity(findings, lambda f: f.pid))
@@ -646,58 +519,31 @@ class GputopApp(App[int]):
         self.feed.focus_pid = None
 
     def action_signal_process(self) -> None:
+        """`k`: SIGTERM to the selected process, once confirmed."""
+        ask_and_signal(self, self.table.selected_row())
+
+    # -- captures: the controller beside the App runs them (tui/captures.py) ------------------
+
+    def action_request_capture(self) -> None:
+        """`p`: capture the selected process (every rank, on a job row) and diagnose it."""
         row = self.table.selected_row()
-        if row is None:
-            self.notify("no process selected", severity="warning", timeout=3)
+        if row is not None and row.job is not None:  # the job row: every rank
+            self.capture.request(row.pid, row.job)
             return
-        if not row.visible:
-            self.notify(f"pid {row.pid} is not visible from here (another pid namespace)",
-                        severity="warning")
-            return
-        cells = row.cells
-        description = f"{cells['command']}  (user {cells['user'] or '?'}, GPU {cells['gpu']})"
-        create_time = self._create_time(row.pid)
+        pid = self._selected_pid(training=True)
+        if pid is not None:
+            self.capture.request(pid)
 
-        def answered(send: bool | None) -> None:
-            if send:
-                self._send_signal(row.pid, create_time, signal.SIGTERM)
-
-        # Imported on `k`: its buttons bring in widget modules the start-up does not need.
-        from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
-
-        self.push_screen(ConfirmSignalScreen(row.pid, description), callback=answered)
-
-    def _create_time(self, pid: int) -> float | None:
-        if self.frame is None:
-            return None
-        for group in groups(self.frame.snapshot):
-            if group.proc.pid == pid:
-                return group.proc.create_time
-        return None
-
-    @work(thread=True, group="actions", exit_on_error=False)
-    def _send_signal(self, pid: int, create_time: float | None, signum: int) -> None:
-        import psutil
-
-        name = signal.Signals(signum).name
-        try:
-            proc = psutil.Process(pid)
-            # The pid may have been reused since the row was drawn: check it is the same one.
-            if create_time is not None and abs(proc.create_time() - create_time) > 0.01:
-                raise psutil.NoSuchProcess(pid)
-            proc.send_signal(signum)
-        except psutil.NoSuchProcess:
-            self.call_from_thread(self.notify, f"pid {pid} has already ended",
-                                  severity="warning")
-        except (psutil.AccessDenied, PermissionError):
-            self.call_from_thread(self.notify, f"not allowed to signal pid {pid}",
-                                  severity="error")
-        else:
-            self.call_from_thread(self.notify, f"sent {name} to pid {pid}")
+    def action_memory_capture(self) -> None:
+        """`m`: where the selected training process's memory goes (its agent's memory
+        capture: growth by source line, the peak's parts, reserved versus allocated)."""
+        pid = self._selected_pid(training=True)
+        if pid is not None:
+            self.capture.memory(pid)
 
     def action_count_flops(self) -> None:
-        """`m`: count the FLOPs of the selected process's next step again (its agent's
-        FlopCounterMode), for MFU; on a job row, of every rank."""
+        """`F`: count the FLOPs of the selected process's next step again; on a job row, of
+        every rank."""
         row = self.table.selected_row()
         if row is not None and row.job is not None:
             job = next((j for j in jobs_in(self.frame.snapshot) if j.job_id == row.job), None) \
@@ -706,60 +552,19 @@ class GputopApp(App[int]):
         else:
             pid = self._selected_pid(training=True)
             pids = [] if pid is None else [pid]
-        for pid in pids:
-            self.notify(f"counting the FLOPs of pid {pid}'s next step", timeout=3)
-            self._count_flops(pid)
+        self.capture.count_flops(pids)
 
-    @work(thread=True, group="flops", exit_on_error=False)
-    def _count_flops(self, pid: int) -> None:
-        """Off the event loop: the agent answers once the counted step has ended."""
-        from gputop.client.agents import AgentError, request_flop_count
-        from gputop.efficiency import flops_text
+    def action_last_oom(self) -> None:
+        """`M`: the out-of-memory report of the last process with the agent that died of it."""
+        self.capture.show_last_oom()
 
-        try:
-            reply = request_flop_count(pid)
-        except (AgentError, OSError) as exc:
-            self.call_from_thread(self.notify, safe_text(str(exc)), severity="warning",
-                                  timeout=8)
-            return
-        cost = reply.get("cost_s")
-        text = (f"pid {pid}: {flops_text(reply.get('flops_per_step'))} per step "
-                f"({safe_text(str(reply.get('precision')))}), counted at step "
-                f"{reply.get('step')}"
-                + (f"; counting cost the job {cost * 1000:.0f} ms"
-                   if isinstance(cost, (int, float)) else ""))
-        self.call_from_thread(self.notify, text, timeout=8)
+    def action_capture(self, pid: int) -> None:
+        """`p` on a process whose agent listens: capture, then show the diagnosis."""
+        self.capture.start_trace(pid, None)
 
-    # -- memory: `m`, and the report of a process that ran out of memory ----------------------
-
-    def action_memory_capture(self) -> None:
-        """`m`: where the selected training process's memory goes (its agent's memory
-        capture: growth by source line, the peak's parts, reserved versus allocated)."""
-        pid = self._selected_pid(training=True)
-        if pid is not None:
-            self._memory_lookup(pid)
-
-    @work(thread=True, group="actions", exit_on_error=False)
-    def _memory_lookup(self, pid: int) -> None:
-        """Off the event loop: listing agents reads a socket directory."""
-        from gputop.client import agents as client
-
-        try:
-            has_agent = pid in client.list_agents() or client.find_agent(pid) is not None
-        except Exception:
-            has_agent = False
-        if has_agent:
-            self.call_from_thread(self.show_memory, pid)
-        else:
-            self.call_from_thread(self.notify, f"{client.no_agent_hint(pid)}: a memory capture "
-                                  "needs the agent", severity="warning", timeout=8)
-
-    def show_memory(self, pid: int) -> None:
-        from gputop.tui.widgets.memory_screen import MemoryScreen  # on first use: start-up
-
-        if not isinstance(self.screen, MemoryScreen):
-            self.push_screen(MemoryScreen(pid, self._command(pid),
-                                          timeout=self.capture_timeout))
+    def capture_job(self, job_id: str, pid: int) -> None:
+        """Record the same steps on every rank of the job, then show the ranks side by side."""
+        self.capture.start_job(job_id, pid)
 
     def memory_captured(self, report) -> None:
         """A memory capture finished: the memory findings on its GPU name what grows."""
@@ -771,210 +576,6 @@ class GputopApp(App[int]):
             self.feed.memory_where = MemoryWhere()
         self.feed.memory_where.note(report)
 
-    def _watch_agents_end(self, snap: Snapshot) -> None:
-        """A process with the agent that is gone may have died of an out-of-memory error: its
-        agent then wrote a report (looked for off the event loop)."""
-        if not isinstance(self.feed, SamplerFeed):
-            return
-        now = {g.proc.pid: g.proc.create_time for g in groups(snap) if g.proc.agent}
-        for pid, started in self._agent_pids.items():
-            if pid not in now:
-                self._look_for_oom(pid, started)
-        self._agent_pids = now
-
-    @work(thread=True, group="oom", exit_on_error=False)
-    def _look_for_oom(self, pid: int, started: float | None) -> None:
-        from gputop.memory.oom_files import oom_report_of
-        from gputop.memory.report import ReportError, read_report
-
-        path = oom_report_of(pid)
-        if path is None:
-            return
-        try:
-            report = read_report(path)
-        except ReportError:
-            return
-        if report.kind != "oom" or (started is not None and report.time < started - 1.0):
-            return  # an earlier process's, with the same pid
-        self.call_from_thread(self._oom_found, pid, report, path)
-
-    def _oom_found(self, pid: int, report, path: str) -> None:
-        self.ooms[pid] = (report, path)
-        self.last_oom = pid
-        where = report.oom.where.location() if report.oom.where is not None else None
-        self.notify(safe_text(f"pid {pid} ran out of memory"
-                              + (f" at {where}" if where else "")
-                              + ": M shows what held the memory"), severity="error",
-                    timeout=30)
-
-    def action_last_oom(self) -> None:
-        """`M`: the out-of-memory report of the last process with the agent that died of it."""
-        if self.last_oom is None:
-            self.notify("no process with the agent has run out of memory since gputop "
-                        "started (gputop memory --last-oom PID reads an older one)", timeout=6)
-            return
-        from gputop.tui.widgets.memory_screen import MemoryScreen
-
-        report, path = self.ooms[self.last_oom]
-        self.push_screen(MemoryScreen(self.last_oom, report=report, path=path))
-
-    def action_request_capture(self) -> None:
-        row = self.table.selected_row()
-        if row is not None and row.job is not None:  # the job row: every rank
-            self.capture_job(row.job, row.pid)
-            return
-        pid = self._selected_pid(training=True)
-        if pid is None:
-            return
-        self._look_up_agent(pid)
-
-    @work(thread=True, group="actions", exit_on_error=False)
-    def _look_up_agent(self, pid: int) -> None:
-        """Off the event loop: listing agents reads a socket directory."""
-        from gputop.client import agents as client
-
-        try:  # also in a container, from the host, or in a namespace beside ours
-            has_agent = pid in client.list_agents() or client.find_agent(pid) is not None
-        except Exception:  # an unreadable socket directory: no agent we can reach
-            has_agent = False
-        if has_agent:
-            job = self._job_of(pid)
-            if job is not None:
-                self.call_from_thread(self.capture_job, job.job_id, pid)
-            else:
-                self.call_from_thread(self.action_capture, pid)
-            return
-        from gputop.stacks.pyspy import unusable_reason
-
-        why_not = unusable_reason(pid)  # no agent: its Python stacks from outside, if we may
-        if why_not is None:
-            self.call_from_thread(self.show_stacks, pid)
-        else:
-            self.call_from_thread(self.notify, f"{client.no_agent_hint(pid)}; "
-                                  f"py-spy: {safe_text(why_not)}", severity="warning", timeout=8)
-
-    def show_stacks(self, pid: int) -> None:
-        """`p` on a process without the agent: its Python stacks (py-spy) on a screen."""
-        from gputop.tui.widgets.stacks_screen import StacksScreen  # on first use: start-up
-
-        if not isinstance(self.screen, StacksScreen):
-            self.push_screen(StacksScreen(pid, self._command(pid)))
-
-    def _command(self, pid: int) -> str | None:
-        for group in groups(self.frame.snapshot) if self.frame is not None else ():
-            if group.proc.pid == pid:
-                return group.proc.cmdline or group.proc.name
-        return None
-
-    def action_capture(self, pid: int) -> None:
-        """`p` on a process whose agent listens: capture, then show the diagnosis."""
-        self._start_capture(pid, None)
-
-    # -- captures ---------------------------------------------------------------------------
-
-    def _start_capture(self, pid: int, finding: tuple | None) -> None:
-        if pid in self.captures:
-            self.notify(f"a capture of pid {pid} is already running", severity="warning",
-                        timeout=4)
-            return
-        self.captures[pid] = CaptureRun(pid, finding, time.monotonic())
-        if finding is None:
-            if self.auto_capture is not None:
-                self.auto_capture.record(pid)
-            self.notify(f"capture requested for pid {pid}: recording {CAPTURE_STEPS} steps",
-                        timeout=4)
-        else:
-            self._set_note(finding, "capture: running…")
-        if self._capture_timer is None:
-            self._capture_timer = self.set_interval(1.0, self._show_capture_status)
-        self._show_capture_status()
-        self._run_capture(pid)
-
-    def _show_capture_status(self) -> None:
-        """The status line above the process table, with the elapsed seconds."""
-        if not self.captures and not self.job_captures:
-            self.capture_line.display = False
-            if self._capture_timer is not None:
-                self._capture_timer.stop()
-                self._capture_timer = None
-            return
-        now = time.monotonic()
-        parts = []
-        for run in self.captures.values():
-            who = "auto-capture" if run.finding is not None else "capture"
-            parts.append(f"{who} of pid {run.pid}: {run.stage} · {now - run.started:.0f} s")
-        for job_id, run in self.job_captures.items():
-            parts.append(f"capture of job {safe_text(job_id)[:40]}: {safe_text(run.stage)} · "
-                         f"{now - run.started:.0f} s")
-        self.capture_line.set_text(Text("◷ " + "   ".join(parts), style="bold"))
-        self.capture_line.display = True
-
-    def _set_note(self, finding: tuple, note: str) -> None:
-        self.capture_notes[finding] = note
-        self.findings.update_findings(self.findings.findings, self.capture_notes)
-
-    @work(thread=True, group="capture", exit_on_error=False)
-    def _run_capture(self, pid: int) -> None:
-        """Off the event loop: the capture service records the steps (the bounded defaults of
-        `gputop capture`) and analyses the trace."""
-        from gputop.capture.service import CaptureFailed, CaptureSettings, capture
-        from gputop.client.agents import progress_text
-
-        worker = get_current_worker()
-        shown = [""]
-
-        def tell(method, *args) -> None:
-            if not worker.is_cancelled:  # the app is leaving: nobody to tell
-                self.call_from_thread(method, *args)
-
-        def progress(status: dict) -> None:
-            stage = progress_text(status)
-            if stage != shown[0]:
-                shown[0] = stage
-                tell(self._capture_stage, pid, stage)
-
-        try:
-            result = capture(pid, CaptureSettings(steps=CAPTURE_STEPS,
-                                                  timeout=self.capture_timeout),
-                             on_progress=progress, should_stop=lambda: worker.is_cancelled)
-        except CaptureFailed as exc:
-            tell(self._capture_failed, pid, str(exc))
-            return
-        except Exception as exc:  # never a traceback on screen: one line, and go on
-            tell(self._capture_failed, pid, f"capture of pid {pid} failed: {exc}")
-            return
-        if result.analysis is None:
-            tell(self._capture_failed, pid, result.failure())
-            return
-        for note in result.notes:
-            tell(self.notify, safe_text(note), severity="warning", timeout=8)
-        tell(self._capture_done, pid, result.trace, result.analysis, result.source_text())
-
-    def _capture_stage(self, pid: int, stage: str) -> None:
-        run = self.captures.get(pid)
-        if run is not None:
-            run.stage = stage
-            self._show_capture_status()
-
-    def _capture_failed(self, pid: int, message: str) -> None:
-        run = self.captures.pop(pid, None)
-        self._show_capture_status()
-        line = safe_text(" ".join(message.split()))  # one line, whatever the agent said
-        if run is not None and run.finding is not None:
-            self._set_note(run.finding, f"capture failed: {line}")
-        self.notify(line, severity="error", timeout=8)
-
-    def _capture_done(self, pid: int, trace: str, analysis, source: str = "") -> None:
-        run = self.captures.pop(pid, None)
-        self._show_capture_status()
-        if run is not None and run.finding is not None:
-            self._set_note(run.finding,
-                           f"capture: {analysis.verdict}, trace {home_short(trace)}")
-            self.notify(f"auto-capture of pid {pid}: {analysis.verdict}; trace {trace}",
-                        timeout=8)
-            return
-        self.show_diagnosis(pid, analysis, trace, source)
-
     def show_diagnosis(self, pid: int, analysis, trace: str, source: str = "") -> None:
         """Show the analysis of a capture of ``pid`` on its own screen (Esc closes it);
         ``source``: the source lines of the top costs, when the trace has Python stacks."""
@@ -982,80 +583,16 @@ class GputopApp(App[int]):
 
         self.push_screen(DiagnosisScreen(pid, analysis, trace, source))
 
-    # -- whole jobs: `p` on a rank or on the job row ----------------------------------------
+    # Kept for the tests and the screenshots: what the controller holds.
 
-    def _job_of(self, pid: int):
-        """The distributed job (two or more ranks on this node) that ``pid`` is a rank or the
-        launcher of, from the newest frame; None for a lone process."""
-        snap = self.frame.snapshot if self.frame is not None else None
-        if snap is None:
-            return None
-        for job in jobs_in(snap):
-            if len(job.ranks) >= 2 and (pid in job.pids or pid == job.launcher_pid):
-                return job
-        return None
+    @property
+    def captures(self) -> dict:
+        return self.capture.traces
 
-    def capture_job(self, job_id: str, pid: int) -> None:
-        """Record the same steps on every rank of the job, then show the ranks side by side."""
-        if job_id in self.job_captures:
-            self.notify(f"a capture of job {safe_text(job_id)} is already running",
-                        severity="warning", timeout=4)
-            return
-        self.job_captures[job_id] = CaptureRun(pid, None, time.monotonic(), "asking the ranks")
-        self.notify(f"capture requested for every rank of job {safe_text(job_id)}: recording "
-                    f"{CAPTURE_STEPS} steps", timeout=4)
-        if self._capture_timer is None:
-            self._capture_timer = self.set_interval(1.0, self._show_capture_status)
-        self._show_capture_status()
-        self._run_job_capture(job_id, pid)
+    @property
+    def capture_notes(self) -> dict[tuple, str]:
+        return self.capture.notes
 
-    @work(thread=True, group="capture", exit_on_error=False)
-    def _run_job_capture(self, job_id: str, pid: int) -> None:
-        """Off the event loop: every rank records the same steps, each trace is analysed, the
-        ranks are compared."""
-        from gputop.capture.service import CaptureFailed, CaptureSettings, capture_job
-        from gputop.tui.widgets.job_screen import JobResult
-
-        worker = get_current_worker()
-
-        def tell(method, *args) -> None:
-            if not worker.is_cancelled:
-                self.call_from_thread(method, *args)
-
-        try:
-            done = capture_job(pid, CaptureSettings(steps=CAPTURE_STEPS,
-                                                    timeout=self.capture_timeout),
-                               on_progress=lambda text: tell(self._job_stage, job_id, text),
-                               should_stop=lambda: worker.is_cancelled)
-        except CaptureFailed as exc:
-            tell(self._job_failed, job_id, f"capture of job {job_id} failed: {exc}")
-            return
-        except Exception as exc:  # never a traceback on screen
-            tell(self._job_failed, job_id,
-                 f"capture of job {job_id} failed: {type(exc).__name__}: {exc}")
-            return
-        result = done.capture
-        failed = [f"rank {rc.agent.rank} (pid {rc.agent.pid}): {rc.error}"
-                  for rc in result.failed]
-        first = next((rc.reply.get("first_recorded_step") for rc in result.captured), None)
-        tell(self._job_done, JobResult(job_id, str(result.directory),
-                                       first if isinstance(first, int) else None,
-                                       done.cross, failed, done.problems))
-
-    def _job_stage(self, job_id: str, stage: str) -> None:
-        run = self.job_captures.get(job_id)
-        if run is not None:
-            run.stage = stage
-            self._show_capture_status()
-
-    def _job_failed(self, job_id: str, message: str) -> None:
-        self.job_captures.pop(job_id, None)
-        self._show_capture_status()
-        self.notify(safe_text(" ".join(message.split())), severity="error", timeout=8)
-
-    def _job_done(self, result) -> None:
-        self.job_captures.pop(result.job_id, None)
-        self._show_capture_status()
-        from gputop.tui.widgets.job_screen import JobScreen
-
-        self.push_screen(JobScreen(result))
+    @property
+    def auto_capture(self):
+        return self.capture.auto
