@@ -20,7 +20,7 @@ import time
 import psutil
 
 from gputop.collect.containers import read_owner
-from gputop.collect.pidns import device_holders, ns_pid
+from gputop.pidns import device_holders, ns_pid
 from gputop.session import open_sampler
 from gputop.sim import nvml as simnvml
 

@@ -20,7 +20,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from gputop.collect.pidns import INIT_PIDNS, ns_inode
+from gputop.pidns import INIT_PIDNS, ns_inode
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE = 64 * 1024

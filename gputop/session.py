@@ -104,7 +104,7 @@ def _demo_pids_local(standins: bool) -> bool:
     NVML does ($GPUTOP_DEMO_PIDS are host pids); in the host's namespace those are ours. In a
     container, the stand-ins the demo starts are known only by their pids here, so a demo with
     stand-ins reports this namespace's pids (and $GPUTOP_DEMO_PIDS are taken as such too)."""
-    from gputop.collect.pidns import in_init_pidns
+    from gputop.pidns import in_init_pidns
 
     return in_init_pidns() or standins
 

@@ -220,7 +220,7 @@ def test_without_gpm_an_instance_activity_is_n_a_not_0(simulated):
         del SCENARIOS["a100-mig-test"]
     assert sample.mig_mode and len(sample.mig) == 7
     assert all(m.sm_active is None and m.mem_used is not None for m in sample.mig)
-    from gputop.tui.mig_cards import mig_line
+    from gputop.tui.widgets.mig_cards import mig_line
 
     text = "".join(piece for piece, _ in mig_line(sample.mig[0]))
     assert "SM  n/a" in text and "0%" not in text

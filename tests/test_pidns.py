@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from gputop.collect.pidmap import PidResolver
-from gputop.collect.pidns import device_holders, eliminate, nspids
+from gputop.pidns import device_holders, eliminate, nspids
 from tests.conftest import REPO, SLOW, wait_for
 from tests.scripts.agent_testkit import agent_env, private_runtime_dir
 

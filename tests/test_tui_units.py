@@ -11,9 +11,9 @@ import pytest
 from rich.cells import cell_len
 
 from gputop.model import GpuSample, ProcSample, WorkerSample
-from gputop.tui.cards import card_lines, compact_pieces, compact_spark_width
 from gputop.tui.layout import plan_layout
 from gputop.tui.rows import build_rows
+from gputop.tui.widgets.cards import card_lines, compact_pieces, compact_spark_width
 from gputop.tui.widgets.chart import braille_lines, resample, sparkline
 from gputop.tui.widgets.gauges import bar, pcie_link_max_mbs
 from gputop.tui.widgets.header import header_text

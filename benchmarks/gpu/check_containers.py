@@ -5,7 +5,7 @@
 Prints, as JSON lines:
 
 1. ``device_files``: which /dev/nvidia* a CUDA process holds open, with and without
-   CUDA_VISIBLE_DEVICES=0 (the elimination in collect/pidns.py relies on a process holding its
+   CUDA_VISIBLE_DEVICES=0 (the elimination in pidns.py relies on a process holding its
    own GPU's file; whether it also holds the others' decides when ranks can be told apart);
 2. ``pidns``: a CUDA training job under the agent in its own pid namespace
    (``unshare --pid --fork --mount-proc``), seen by the real NVML from the host (host pid and

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gputop.collect.pidns import INIT_PIDNS, nspids, sched_pid
+from gputop.pidns import INIT_PIDNS, nspids, sched_pid
 from gputop.protocol import pid_namespace
 
 

@@ -20,10 +20,17 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gputop.client import namespaces
 from gputop.client.agents import AgentError, partial_note, request_capture, trace_limits
+
+if TYPE_CHECKING:  # what the results hold, typed (mypy checks this boundary strictly)
+    from gputop.client.jobs import JobCapture, RankCapture
+    from gputop.diagnostics.trace.analysis import TraceAnalysis
+    from gputop.diagnostics.trace.ranks import CrossRank
+    from gputop.memory.report import MemoryReport
+    from gputop.stacks.timeline import Timeline, TimelineRecorder
 
 DEFAULT_STEPS = 3
 DEFAULT_TIMEOUT_S = 60.0
@@ -86,7 +93,7 @@ class CaptureResult:
     pid: int
     reply: dict[str, Any]
     trace: str
-    analysis: Any = None  # TraceAnalysis, or None when the trace could not be analysed
+    analysis: TraceAnalysis | None = None  # None when the trace could not be analysed
     error: str | None = None  # why not (one line)
     wheres: list = field(default_factory=list)  # trace_join.FindingWhere, from py-spy
     stack_lines: list = field(default_factory=list)  # stack_lines.CostLines (with_stack)
@@ -236,7 +243,7 @@ class MemoryResult:
     pid: int
     reply: dict[str, Any]
     path: str  # the report file the agent wrote
-    report: Any  # gputop.memory.report.MemoryReport
+    report: MemoryReport
     notes: list[str] = field(default_factory=list)
     replied_wall: float = field(default_factory=time.time)
 
@@ -333,7 +340,8 @@ def _analyse(result: CaptureResult, reply: dict[str, Any]) -> None:
         result.stack_lines = top_source_lines(result.trace, limits)
 
 
-def _join(result: CaptureResult, reply: dict[str, Any], timeline, recorder) -> None:
+def _join(result: CaptureResult, reply: dict[str, Any], timeline: Timeline | None,
+          recorder: TimelineRecorder) -> None:
     if timeline is None:
         why = recorder.error or "py-spy sampled nothing"
         result.notes.append(f"no Python stacks from py-spy: {why}")
@@ -356,9 +364,9 @@ def _join(result: CaptureResult, reply: dict[str, Any], timeline, recorder) -> N
 
 @dataclass
 class JobCaptureResult:
-    capture: Any  # agent.jobs.JobCapture: every rank's reply or error
-    analyses: list[tuple[Any, Any]]  # (TraceAnalysis, RankCapture) of each analysed rank
-    cross: Any  # trace_ranks.CrossRank of the job, or None
+    capture: JobCapture  # every rank's reply or error
+    analyses: list[tuple[TraceAnalysis, RankCapture]]  # each analysed rank
+    cross: CrossRank | None  # the ranks compared
     problems: list[str]  # one line each: what the analysis of the ranks could not do
 
     @property
@@ -407,22 +415,27 @@ def capture_job(pid: int, settings: CaptureSettings = CaptureSettings(), *,
                             [safe_text(p) for p in problems])
 
 
-def analyse_ranks(result) -> tuple[list[tuple[Any, Any]], list[str]]:
+def analyse_ranks(result: JobCapture) -> tuple[list[tuple[TraceAnalysis, RankCapture]],
+                                              list[str]]:
     """Each captured rank's analysis, with its pid and command line for the next steps."""
     from gputop.diagnostics.trace.analysis import TraceError, analyze_trace
 
-    out, problems = [], []
+    out: list[tuple[TraceAnalysis, RankCapture]] = []
+    problems: list[str] = []
     for rc in result.captured:
-        note = partial_note(rc.reply)
+        reply = rc.reply
+        if reply is None:  # a captured rank has its reply
+            continue
+        note = partial_note(reply)
         if note:
             problems.append(f"rank {rc.agent.rank}: {note}")
         try:
-            a = analyze_trace(rc.reply["trace"], trace_limits(rc.reply), pid=rc.agent.pid,
+            a = analyze_trace(reply["trace"], trace_limits(reply), pid=rc.agent.pid,
                               cmdline=process_cmdline(rc.agent.pid))
         except TraceError as exc:
             problems.append(f"rank {rc.agent.rank}: cannot analyze its trace: {exc}")
             continue
-        for line in _reply_lines(rc.reply, "cut"):
+        for line in _reply_lines(reply, "cut"):
             if line not in a.cut:
                 a.cut.append(line)
         out.append((a, rc))

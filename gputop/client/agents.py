@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.collect.pidns import in_init_pidns
+from gputop.pidns import in_init_pidns
 
 # Re-exported: callers of the client need the protocol's error and constants too.
 from gputop.protocol import (  # noqa: F401

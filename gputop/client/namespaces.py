@@ -38,7 +38,7 @@ from gputop.client.agents import (
     agent_status,
     request,
 )
-from gputop.collect.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
+from gputop.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
 from gputop.protocol import (
     _NS_SOCKET_NAME,
     _SOCKET_NAME,

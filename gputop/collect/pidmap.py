@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gputop.collect.pidns import device_holders, eliminate, hidden_reason
+from gputop.pidns import device_holders, eliminate, hidden_reason
 
 HOLDERS_EVERY_S = 10.0  # the fd-table scan for device holders, at most this often
 

@@ -13,9 +13,9 @@ from gputop.collect.containers import PerProcess, read_owner
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.pidmap import PidResolver, Resolved
-from gputop.collect.pidns import in_init_pidns, ns_pid
 from gputop.efficiency import EfficiencyTracker
 from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot
+from gputop.pidns import in_init_pidns, ns_pid
 
 # Why a pid NVML reports is missing from /proc in the host's own pid namespace.
 NOT_IN_PROC = ("pid {pid} is not in /proc: it has just exited, or /proc is mounted with hidepid "

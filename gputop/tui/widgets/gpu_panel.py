@@ -2,7 +2,7 @@
 
 One widget rather than a card widget per GPU: Textual renders, styles and composites every
 widget a repaint touches, and eight bordered cards cost eight times that work per tick. Here a
-tick computes the lines (gputop/tui/cards.py), compares them with the lines on screen, and
+tick computes the lines (gputop/tui/widgets/cards.py), compares them with the lines on screen, and
 repaints only the cells of the lines that changed; unchanged lines keep their ready strips.
 """
 
@@ -17,7 +17,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gputop.model import GpuSample
-from gputop.tui.cards import (
+from gputop.tui.frames import Points
+from gputop.tui.layout import Plan
+from gputop.tui.widgets.cards import (
     CHART_FIELDS,
     Line,
     card_lines,
@@ -27,8 +29,6 @@ from gputop.tui.cards import (
     compact_pieces,
     compact_spark_width,
 )
-from gputop.tui.frames import Points
-from gputop.tui.layout import Plan
 from gputop.tui.widgets.direct_lines import DirectLines
 
 # A braille cell with no dot: what a chart row shows where there is no sample.

@@ -146,7 +146,7 @@ def card_body(gpu: GpuSample, rows: Mapping[str, Sequence[str]], inner: int,
     ``height`` lines; ``rows[field]`` are the chart rows of each field."""
     content = inner - 1
     if gpu.mig_mode and gpu.mig and not gpu.lost:  # MIG: its devices instead of the charts
-        from gputop.tui.mig_cards import mig_card_body
+        from gputop.tui.widgets.mig_cards import mig_card_body
 
         head = []
         for field in ("mem_used", "power_w"):
