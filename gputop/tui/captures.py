@@ -15,6 +15,7 @@ one ``action_`` line in the App.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -365,13 +366,21 @@ class CaptureController(Widget):
 
     # -- the workers (off the event loop; they report through messages) ----------------------
 
-    def _tell(self, message: Message) -> None:
-        if not get_current_worker().is_cancelled:  # the app is leaving: nobody to tell
-            self.post_message(message)
+    def _teller(self) -> Callable[[Message], None]:
+        """For a worker: report ``message`` to the controller (from any thread: the capture
+        service calls back from its own), unless the app is leaving."""
+        worker = get_current_worker()
+
+        def tell(message: Message) -> None:
+            if not worker.is_cancelled:  # the app is leaving: nobody to tell
+                self.post_message(message)
+
+        return tell
 
     @work(thread=True, group="actions", exit_on_error=False)
     def _look_up_agent(self, pid: int, purpose: Literal["capture", "memory"]) -> None:
         """Listing agents reads a socket directory."""
+        tell = self._teller()
         from gputop.client import agents as client
 
         try:  # also in a container, from the host, or in a namespace beside ours
@@ -383,12 +392,13 @@ class CaptureController(Widget):
             from gputop.stacks.pyspy import unusable_reason
 
             problem = unusable_reason(pid)  # no agent: its Python stacks from outside?
-        self._tell(AgentLookedUp(pid, purpose, has_agent, problem))
+        tell(AgentLookedUp(pid, purpose, has_agent, problem))
 
     @work(thread=True, group="capture", exit_on_error=False)
     def _run_trace(self, pid: int) -> None:
         """The capture service records the steps (the bounded defaults of `gputop capture`)
         and analyses the trace."""
+        tell = self._teller()
         from gputop.capture.service import CaptureFailed, CaptureSettings, capture
         from gputop.client.agents import progress_text
 
@@ -399,63 +409,65 @@ class CaptureController(Widget):
             stage = progress_text(status)
             if stage != shown[0]:
                 shown[0] = stage
-                self._tell(Progress("trace", pid, stage))
+                tell(Progress("trace", pid, stage))
 
         try:
             result = capture(pid, CaptureSettings(steps=CAPTURE_STEPS, timeout=self.timeout),
                              on_progress=progress, should_stop=lambda: worker.is_cancelled)
         except CaptureFailed as exc:
-            self._tell(Failed("trace", pid, str(exc)))
+            tell(Failed("trace", pid, str(exc)))
             return
         except Exception as exc:  # never a traceback on screen: one line, and go on
-            self._tell(Failed("trace", pid, f"capture of pid {pid} failed: {exc}"))
+            tell(Failed("trace", pid, f"capture of pid {pid} failed: {exc}"))
             return
         if result.analysis is None:
-            self._tell(Failed("trace", pid, result.failure()))
+            tell(Failed("trace", pid, result.failure()))
             return
         for note in result.notes:
-            self._tell(Notice(safe_text(note), "warning"))
-        self._tell(TraceCaptured(pid, result.trace, result.analysis, result.source_text()))
+            tell(Notice(safe_text(note), "warning"))
+        tell(TraceCaptured(pid, result.trace, result.analysis, result.source_text()))
 
     @work(thread=True, group="capture", exit_on_error=False)
     def _run_job(self, job_id: str, pid: int) -> None:
         """Every rank records the same steps, each trace is analysed, the ranks compared."""
+        tell = self._teller()
         from gputop.capture.service import CaptureFailed, CaptureSettings, capture_job
         from gputop.tui.widgets.job_screen import JobResult
 
         worker = get_current_worker()
         try:
             done = capture_job(pid, CaptureSettings(steps=CAPTURE_STEPS, timeout=self.timeout),
-                               on_progress=lambda text: self._tell(Progress("job", job_id, text)),
+                               on_progress=lambda text: tell(Progress("job", job_id, text)),
                                should_stop=lambda: worker.is_cancelled)
         except CaptureFailed as exc:
-            self._tell(Failed("job", job_id, f"capture of job {job_id} failed: {exc}"))
+            tell(Failed("job", job_id, f"capture of job {job_id} failed: {exc}"))
             return
         except Exception as exc:  # never a traceback on screen
-            self._tell(Failed("job", job_id,
+            tell(Failed("job", job_id,
                               f"capture of job {job_id} failed: {type(exc).__name__}: {exc}"))
             return
         result = done.capture
         failed = [f"rank {rc.agent.rank} (pid {rc.agent.pid}): {rc.error}"
                   for rc in result.failed]
         first = next((rc.reply.get("first_recorded_step") for rc in result.captured), None)
-        self._tell(JobCaptured(JobResult(job_id, str(result.directory),
+        tell(JobCaptured(JobResult(job_id, str(result.directory),
                                          first if isinstance(first, int) else None,
                                          done.cross, failed, done.problems)))
 
     @work(thread=True, group="flops", exit_on_error=False)
     def _count_flops(self, pid: int) -> None:
         """The agent answers once the counted step has ended."""
+        tell = self._teller()
         from gputop.client.agents import AgentError, request_flop_count
         from gputop.efficiency import flops_text
 
         try:
             reply = request_flop_count(pid)
         except (AgentError, OSError) as exc:
-            self._tell(Notice(safe_text(str(exc)), "warning"))
+            tell(Notice(safe_text(str(exc)), "warning"))
             return
         cost = reply.get("cost_s")
-        self._tell(Notice(f"pid {pid}: {flops_text(reply.get('flops_per_step'))} per step "
+        tell(Notice(f"pid {pid}: {flops_text(reply.get('flops_per_step'))} per step "
                           f"({safe_text(str(reply.get('precision')))}), counted at step "
                           f"{reply.get('step')}"
                           + (f"; counting cost the job {cost * 1000:.0f} ms"
@@ -465,6 +477,7 @@ class CaptureController(Widget):
     def _look_for_oom(self, pid: int, started: float | None) -> None:
         """A process with the agent that is gone may have died of an out-of-memory error: its
         agent then wrote a report."""
+        tell = self._teller()
         from gputop.memory.oom_files import oom_report_of
         from gputop.memory.report import ReportError, read_report
 
@@ -477,4 +490,4 @@ class CaptureController(Widget):
             return
         if report.kind != "oom" or (started is not None and report.time < started - 1.0):
             return  # an earlier process's, with the same pid
-        self._tell(OomFound(pid, report, path))
+        tell(OomFound(pid, report, path))
