@@ -160,3 +160,21 @@ def hidden_reason(host_pid: int) -> str:
     return (f"host pid {host_pid} runs outside this pid namespace: run gputop on the host or "
             "in the job's container, start the job with `gputop run`, or give this container "
             "the host's pid namespace (docker --pid=host, hostPID: true)")
+
+
+def pid_alive(pid: int, *, zombie_alive: bool = True) -> bool:
+    """Whether process ``pid`` exists (another user's too: signal 0 is refused, not failed).
+    With ``zombie_alive=False`` a zombie (it exited, its parent has not reaped it) is gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if zombie_alive:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return b") Z" not in f.read(512)
+    except OSError:
+        return False

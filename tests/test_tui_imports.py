@@ -1,7 +1,8 @@
 """The sampling, diagnosis and stacks layers stay importable without Textual (they run in `gputop
 snapshot`, `watch`, `record` and inside tests that have no terminal); so do the fleet's ssh
 side, the exporter (`watch --hosts`, `stream` and `exporter` draw nothing) and the capture
-service (under `gputop capture` as under the TUI's `p`). And the import arrows run one way."""
+service (under `gputop capture` as under the TUI's `p`), at run time: the import contracts
+(pyproject.toml) read the import statements, this imports for real."""
 
 from __future__ import annotations
 
@@ -76,101 +77,17 @@ def test_walk_covers_every_module_file():
         assert files <= walked
 
 
-# -- import arrows: tui/ and commands/ sit on the services, never on each other ----------------
-
-CAPTURE_MODULES = ("gputop.capture", "gputop.commands.capture", "gputop.commands.capture_job",
-                   "gputop.client.agents", "gputop.client.jobs", "gputop.agent.profiling",
-                   "gputop.agent.trace_budget", "gputop.stacks.timeline",
-                   "gputop.stacks.trace_join", "gputop.fleet.capture", "gputop.tui.app",
-                   "gputop.agent.memory", "gputop.agent.oom", "gputop.memory",
-                   "gputop.commands.memory", "gputop.tui.widgets.memory_screen")
+# -- what the contracts cannot check --------------------------------------------------------
+# The layers, the arrows and the circles are import-linter's contracts (pyproject.toml) and
+# scripts/layers.py, run in CI. They read import statements; the probe above imports for real
+# (an importlib call, a module that pulls textual in at run time). And one fact about the code
+# paths: the command line and the TUI's capture controller capture through the same service.
 
 
-def import_graph(root) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, anywhere in it (inside functions too: a
-    lazy import is still an arrow), read from the source with ``ast``."""
-    import ast
+def test_the_cli_and_the_tui_capture_through_one_service():
+    import grimp
 
-    mods = {}
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        mods[name] = path
-    top = root.name
-    graph: dict[str, set[str]] = {}
-    for name, path in mods.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    module = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    module = node.module or ""
-                deps.add(module)
-                deps.update(f"{module}.{a.name}" for a in node.names)
-        graph[name] = {d for d in deps if d in mods and d != name and d.startswith(top)}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The import circles: strongly connected groups of two or more modules (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[set[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = set()
-            while True:
-                w = stack.pop()
-                group.add(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                found.append(group)
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
-
-
-def test_no_tui_module_imports_the_commands_and_no_capture_module_is_in_a_circle():
-    graph = import_graph(REPO / "gputop")
-    assert "gputop.capture.service" in graph and "gputop.tui.app" in graph
-    tui_to_commands = sorted((m, d) for m, deps in graph.items() if m.startswith("gputop.tui")
-                             for d in deps if d.startswith("gputop.commands"))
-    assert tui_to_commands == []
-    # Both the command line and the TUI call the capture service.
-    assert "gputop.capture.service" in graph["gputop.tui.app"]
-    assert "gputop.capture.service" in graph["gputop.commands.capture"]
-    circles = [c for c in cycles(graph) if any(m.startswith(CAPTURE_MODULES) for m in c)]
-    assert circles == []
-
-
-def test_the_import_checks_see_a_circle_and_an_arrow_up(tmp_path):
-    """The checks above can fail: a package with both faults shows both."""
-    pkg = tmp_path / "gputop"
-    for folder in ("tui", "commands", "capture"):
-        (pkg / folder).mkdir(parents=True)
-        (pkg / folder / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "tui" / "app.py").write_text("def f():\n    from gputop.commands import capture\n")
-    (pkg / "commands" / "capture.py").write_text("from ..capture import service\n")
-    (pkg / "capture" / "service.py").write_text("import gputop.commands.capture\n")
-    graph = import_graph(pkg)
-    assert "gputop.commands.capture" in graph["gputop.tui.app"]
-    assert {"gputop.commands.capture", "gputop.capture.service"} in cycles(graph)
+    graph = grimp.build_graph("gputop")
+    service = "gputop.capture.service"
+    assert service in graph.find_modules_directly_imported_by("gputop.commands.capture")
+    assert service in graph.find_modules_directly_imported_by("gputop.tui.captures")

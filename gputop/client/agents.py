@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.pidns import in_init_pidns
-
 # Re-exported: callers of the client need the protocol's error and constants too.
+from gputop.pidns import in_init_pidns, pid_alive
 from gputop.protocol import (  # noqa: F401
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
@@ -97,25 +96,15 @@ def _search_dirs() -> list[tuple[Path, int]]:
     return found
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _pid_running(pid: int) -> bool:
     """Alive and not a zombie (an exited child its parent has not reaped yet)."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
-        return _pid_alive(pid)
+        return pid_alive(pid)
 
 
 def _exits_soon(pid: int, grace: float = 2.0) -> bool:
@@ -161,7 +150,7 @@ def agent_sockets() -> dict[int, tuple[Path, int]]:
         except (OSError, AgentError):
             continue
         for pid, path in entries:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 if in_init_pidns():  # in a container a plain name is a host pid, not ours
                     _unlink_quietly(path)
                 continue
@@ -193,7 +182,7 @@ def _own_namespaced_agents(found: dict[int, Any]) -> dict[int, Path]:
         for name in names:
             m = _NS_SOCKET_NAME.match(name)
             if m and int(m.group(2)) == own and int(m.group(1)) not in found \
-                    and _pid_alive(int(m.group(1))):
+                    and pid_alive(int(m.group(1))):
                 agents.setdefault(int(m.group(1)), directory / name)
     return agents
 
@@ -404,7 +393,7 @@ def _owner(pid: int) -> int | None:
 
 def no_agent_hint(pid: int) -> str:
     """Why ``pid`` has no agent we can reach, and the fix that fits where the user is."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return f"no process with pid {pid}"
     argv = _cmdline(pid)
     if "gputop.demo.standin" in argv:

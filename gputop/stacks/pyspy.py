@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gputop.pidns import pid_alive
 from gputop.stacks.access import StacksError, explain_refusal, refusal
 from gputop.stacks.profile import StackReport, build_report, parse_dump, parse_raw
 
@@ -80,24 +81,10 @@ def _read_bounded(path: Path, limit: int) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return b") Z" not in f.read(512)
-    except OSError:
-        return False
-
-
 def _failure(pid: int, stderr: str) -> StacksError:
     """py-spy's error output as one line of ours (its own is a Rust backtrace)."""
     text = stderr.lower()
-    if not _alive(pid):
+    if not pid_alive(pid, zombie_alive=False):
         return StacksError(f"no process with pid {pid} (it ended)", "no-process")
     if "permission denied" in text or "operation not permitted" in text:
         return StacksError(explain_refusal(pid), "denied")
@@ -232,7 +219,7 @@ def sample_stacks(pid: int, seconds: float = 3.0, rate: int = DEFAULT_RATE, *,
                     dumps[target] = threads
         report = build_report(pid, float(whole), rate, active, everything, dumps,
                               sample_errors=errors, unparsed=bad + bad_all, parents=tree)
-        if not _alive(pid):
+        if not pid_alive(pid, zombie_alive=False):
             report.notes.append(f"pid {pid} ended during the sampling")
         return report
     finally:
