@@ -17,8 +17,9 @@ headers take a few percent more, so a copy reaches at most about 90 % of the fig
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from gputop.boards import BoardTable
 
 # Per lane: (GT/s, encoding efficiency).
 LANE = {
@@ -100,14 +101,9 @@ BOARDS: tuple[BoardLink, ...] = (
     BoardLink(r"MI2[15]0|MI100|MI50|MI60", 4, 16, "AMD Instinct MI250 / MI210 / MI100 "
               "datasheets: PCIe Gen 4 x16, 64 GB/s"),
 )
-_COMPILED = tuple((re.compile(b.pattern, re.IGNORECASE), b) for b in BOARDS)
+_TABLE = BoardTable(BOARDS)
 
 
 def board_link(name: str | None) -> BoardLink | None:
     """The datasheet host link of the board named ``name``, if it is in the table."""
-    if not name:
-        return None
-    for pattern, board in _COMPILED:
-        if pattern.search(name):
-            return board
-    return None
+    return _TABLE.lookup(name)

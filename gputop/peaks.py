@@ -16,8 +16,9 @@ effect. Names are matched on what NVML (``nvmlDeviceGetName``) and amd-smi repor
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from gputop.boards import BoardTable
 
 TERA = 1e12
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
@@ -129,7 +130,7 @@ BOARDS: tuple[Board, ...] = (
           "documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf; dense "
           "column"),
 )
-_COMPILED = tuple((re.compile(b.pattern, re.IGNORECASE), b) for b in BOARDS)
+_TABLE = BoardTable(BOARDS)
 
 
 @dataclass(frozen=True)
@@ -142,12 +143,7 @@ class Peak:
 
 def board_of(device_name: str | None) -> Board | None:
     """The table's entry for a device name, or None for a board it does not list."""
-    if not device_name:
-        return None
-    for pattern, board in _COMPILED:
-        if pattern.search(device_name):
-            return board
-    return None
+    return _TABLE.lookup(device_name)
 
 
 def peak_for(device_name: str | None, precision: str | None) -> Peak | None:

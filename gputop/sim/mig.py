@@ -17,11 +17,14 @@ answers for MIG handles and for the parts of a MIG-mode parent that differ.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from ctypes import POINTER, c_int, c_uint, c_void_p, cast
+from dataclasses import dataclass
 
 import pynvml
 
+from gputop.boards import BoardTable
 from gputop.sim import scenarios
 from gputop.sim.base import (
     HANDLE_BASE,
@@ -77,9 +80,17 @@ _ON_MIG_PARENT = {
 }
 
 
+@dataclass(frozen=True)
+class _MigBoard:
+    pattern: str
+
+
+_MIG_TABLE = BoardTable(_MigBoard(re.escape(board)) for board in MIG_BOARDS)
+
+
 def mig_capable(name: str) -> bool:
     """Boards that have MIG (the rest answer NOT_SUPPORTED to the MIG calls)."""
-    return any(board in name for board in MIG_BOARDS)
+    return _MIG_TABLE.lookup(name) is not None
 
 
 class SimulatedMig:
