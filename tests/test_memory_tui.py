@@ -94,6 +94,9 @@ async def test_a_process_that_dies_of_an_allocation_failure_is_shown_with_M(worl
             await until(pilot, lambda: job.pid in app.capture.agent_pids, timeout=2 * SLOW)
             await until(pilot, lambda: job.poll() is not None, timeout=2 * SLOW)
             await until(pilot, lambda: job.pid in app.capture.ooms)
+            # The notice is a message of its own: the App shows it on its next turn.
+            await until(pilot, lambda: any("ran out of memory" in n.message
+                                           for n in app._notifications))
             note = next(n for n in app._notifications if "ran out of memory" in n.message)
             assert f"pid {job.pid} ran out of memory at memory_jobs.py:{APPEND_LINE}" \
                 in note.message and note.severity == "error"
