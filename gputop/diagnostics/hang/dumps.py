@@ -54,6 +54,7 @@ class FrEntry:
     state: str  # "scheduled", "started", "completed"
     retired: bool  # PyTorch retired the work (it finished, gloo's way of saying completed)
     is_p2p: bool = False
+    pg_index: int | None = None  # the rank's local pg_id: what pg_status is keyed by
     record_id: int | None = None
     time_created_ns: int | None = None
     time_started_ns: int | None = None
@@ -89,7 +90,8 @@ class FrDump:
     # pg name -> {"desc", "ranks": [int] or None}: as the dump states it (gloo leaves it
     # mostly empty; NCCL lists every group's global ranks).
     pg_config: dict[str, dict] = field(default_factory=dict)
-    # pg name -> {"last_enqueued", "last_started", "last_completed"} (ints, -1 = none).
+    # The rank's local pg_id (as str; the entries' ``pg_index``) -> {"enqueued", "started",
+    # "completed"}: the last collective seq of each (ints, -1 = none).
     pg_status: dict[str, dict[str, int]] = field(default_factory=dict)
     comm_lib_version: str = ""
     form: str = "pickle"  # "pickle" or "json"
@@ -279,6 +281,7 @@ def _entry(raw: object) -> FrEntry | None:
         return None
     return FrEntry(
         pg_id=pg_id, pg_desc=pg_desc, seq=seq, op=op, is_p2p=is_p2p,
+        pg_index=_int(raw.get("pg_id")),
         state=_str(raw.get("state"), "unknown"), retired=raw.get("retired") is True,
         record_id=_int(raw.get("record_id")),
         time_created_ns=_time(raw.get("time_created_ns")),
@@ -324,7 +327,7 @@ def _parse(raw: object, name: str, form: str) -> FrDump:
     cfg = raw.get("pg_config")
     if isinstance(cfg, dict):
         for key, val in list(cfg.items())[:MAX_PGS]:
-            if isinstance(val, dict) and _str(key):
+            if isinstance(val, dict):  # gloo keys its one entry by ""
                 pg_config[_str(key)] = {"desc": _str(val.get("desc")),
                                         "ranks": _ranks(val.get("ranks"))}
     pg_status: dict[str, dict[str, int]] = {}
