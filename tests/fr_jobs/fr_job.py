@@ -8,8 +8,9 @@ the others call all_reduce), killed (rank 3 is killed mid-run), multipg (two ten
 data-parallel subgroups beside the world; rank 3 sleeps before a data-parallel all_reduce),
 healthy (every rank finishes). Each rank writes OUT_DIR/pickle/fr_trace_rank_<rank> (the
 pickle, as TORCH_FR_DUMP_TEMP_FILE would name it) and OUT_DIR/json/fr_trace_rank_<rank>.json,
-a few seconds after it reached the scenario's point, from a side thread (the main thread may
-be blocked in a collective), then exits.
+a few seconds after it reached the scenario's point (at once when a collective failed: torchrun
+stops every rank soon after one died), from a side thread (the main thread may be blocked in a
+collective), then exits once every live rank has dumped.
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ def dump(rank: int) -> None:
 
 
 reached = threading.Event()
+failed = threading.Event()  # a collective raised (a peer died): dump at once
 
 
 def dumper(rank: int, alive: list[int]) -> None:
     reached.wait()
-    time.sleep(DUMP_AFTER_S)
+    failed.wait(DUMP_AFTER_S)
     dump(rank)
     # Exit only once every live rank has dumped: a rank that exits closes its connections, and
     # a peer waiting in a collective would fail before its own dump.
@@ -91,6 +93,7 @@ def main() -> None:
         scenario(rank, world, t, groups)
     except Exception as exc:  # e.g. gloo: a peer closed its connection; wait to be dumped
         print(f"rank {rank}: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
+        failed.set()
     time.sleep(3600)  # the dumper thread ends the process
 
 
