@@ -337,6 +337,10 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
     waiters = [pend[r] for r in waiting]
     since = _since(waiters, now)
     pg = {"id": g.id, "desc": g.desc}
+    # Ranks that entered it and are out of it while others still wait: a failed collective
+    # (a peer died: gloo retires the work with its error) reads as done.
+    left = sorted(r for r in g.dumped if r not in pend and g.last_completed.get(r, -1) >= seq
+                  and seq in g.by_seq and r in g.by_seq[seq])
     late = sorted(set(behind) | set(absent))
     # A late rank that itself waits in another group's collective is blocked there, a victim:
     # the cause is named in that group's finding. Name the others (all, if every one waits).
@@ -362,6 +366,8 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
                                 for r in behind[:8])
                     + ("; " if behind and absent else "")
                     + (f"no dump from {_ranks_h(absent)}" if absent else "")
+                    + (f"; {_ranks_h(left)} left it (completed, or failed when a peer died)"
+                       if left else "")
                     + f". {where}"
                     + ("".join(f"; rank {r} is blocked: it {waiting_in[r]}" for r in blocked
                                if r not in culprits)))

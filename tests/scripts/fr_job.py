@@ -1,10 +1,10 @@
 """A 4-rank gloo job (torchrun) in which chosen ranks fail, each rank dumping its own Flight
-Recorder buffer: the test data of tests/test_hang_dumps_real.py.
+Recorder buffer: the test data of tests/test_hang_dumps.py.
 
     torchrun --standalone --nproc-per-node 4 fr_job.py SCENARIO OUT_DIR
 
 Scenarios: sleep (rank 2 sleeps before an all_reduce), desync (rank 0 calls all_gather where
-the others call all_reduce), killed (rank 3 is killed mid-run), multipg (two tensor- and two
+the others call all_reduce), killed (rank 3 is killed mid-run: SIGKILL), multipg (two tensor- and two
 data-parallel subgroups beside the world; rank 3 sleeps before a data-parallel all_reduce),
 healthy (every rank finishes). Each rank writes OUT_DIR/pickle/fr_trace_rank_<rank> (the
 pickle, as TORCH_FR_DUMP_TEMP_FILE would name it) and OUT_DIR/json/fr_trace_rank_<rank>.json,
@@ -66,7 +66,25 @@ def dumper(rank: int, alive: list[int]) -> None:
     os._exit(0)
 
 
+def wrap_killed_rank() -> None:
+    """Rank 3 of the killed job runs in a child of the process torchrun started, as under a
+    wrapper: torchrun stops every rank at its first look after a worker died, which would race
+    the survivors' dumps; the wrapper outlives the killed rank until they have dumped."""
+    if SCENARIO != "killed" or os.environ.get("RANK") != "3":
+        return
+    child = os.fork()
+    if child == 0:
+        return  # the rank itself
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(OUT, "done", str(r))) for r in (0, 1, 2)):
+        time.sleep(0.05)
+    os.waitpid(child, 0)
+    os._exit(0)
+
+
 def main() -> None:
+    wrap_killed_rank()
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     alive = [r for r in range(world) if not (SCENARIO == "killed" and r == 3)]
