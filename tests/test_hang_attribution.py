@@ -153,3 +153,32 @@ def test_control_characters_from_a_dump_are_escaped_in_the_text():
              for r, d in dumps.items()}
     text = format_report(attribute(dumps))
     assert "\x1b" not in text and "\\x1b" in text
+
+
+# -- real NCCL dumps (benchmarks/gpu/fr_nccl_dump.py on an H200, torch 2.11, NCCL 2.28.9) -----
+
+NCCL = DATA / "fr"
+
+
+@pytest.mark.parametrize("name", ["nccl_trace_rank_0", "nccl_trace_rank_0.json"])
+def test_a_real_nccl_dump_reads_with_its_states_groups_and_version(name):
+    d = read_dump(str(NCCL / "nccl_h200_inflight" / name))
+    assert d.rank == 0 and d.comm_lib_version == "2.28.9"
+    assert d.pg_config["1"] == {"desc": "DATA_PARALLEL_GROUP", "ranks": [0]}
+    ops = {e.op for e in d.entries}
+    assert {"nccl:all_reduce", "nccl:broadcast", "nccl:_all_gather_base"} <= ops
+    assert all(e.state == "completed" for e in d.entries[:-1])
+    last = d.entries[-1]
+    assert (last.op, last.seq, last.state, last.completed) == ("nccl:all_reduce", 33,
+                                                               "scheduled", False)
+    assert d.pg_status["0"] == {"enqueued": 33, "started": 32, "completed": 32}
+
+
+def test_a_real_nccl_dump_in_flight_and_done():
+    report = attribute({0: read_dump(str(NCCL / "nccl_h200_inflight" / "nccl_trace_rank_0"))})
+    f = report.findings[0]
+    assert report.verdict == "stuck-collective"
+    assert (f.collective, f.seq, f.state, f.process_group) == (
+        "nccl:all_reduce", 33, "scheduled", {"id": "0", "desc": "default_pg"})
+    report = attribute({0: read_dump(str(NCCL / "nccl_h200_done" / "nccl_trace_rank_0"))})
+    assert report.verdict == "healthy"

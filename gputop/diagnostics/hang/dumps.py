@@ -161,11 +161,13 @@ def _with(dump: FrDump, **changes: object) -> FrDump:
 
 def sniff(head: bytes) -> str | None:
     """"pickle" or "json" when ``head`` (the first few KiB of a file) looks like a Flight
-    Recorder dump, else None. A pickle starts with PROTO; the JSON form is an object whose keys
-    include "entries" or "pg_config" (a profiler trace has "traceEvents")."""
+    Recorder dump, else None. A pickle starts with PROTO (protocol 2 to 5); the JSON form is an
+    object whose keys include "pg_config" or "pg_status" (a profiler trace has
+    "traceEvents")."""
     if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
-        return "pickle" if (b"entries" in head or b"pg_config" in head or b"version" in head
-                            or len(head) < 64) else None
+        # Any pickle: a profiler trace never is one, and a hostile one must reach the safe
+        # reader (and its one-line refusal), not be passed over.
+        return "pickle"
     text = head.lstrip()
     if text[:1] == b"{":
         if b'"traceEvents"' in head:
