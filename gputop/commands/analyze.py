@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("traces", nargs="+", metavar="TRACE",
                    help="trace file (.json or .json.gz), or a folder of them, such as the one "
-                   "tensorboard_trace_handler writes (every trace in it is analysed)")
+                   "tensorboard_trace_handler writes (every trace in it is analysed); or a "
+                   "folder of Flight Recorder dumps, one per rank (which rank hangs the job)")
     p.add_argument(
         "--json",
         action="store_true",
