@@ -66,7 +66,9 @@ def run_dumps(jobs: list[tuple[str, list[str]]], args: argparse.Namespace, width
             print(f"gputop: error: {_one_line(error)}", file=sys.stderr)
         if not loaded.dumps:
             failed = True
-            print(f"gputop: error: {label}: no readable Flight Recorder dump", file=sys.stderr)
+            if not loaded.errors:  # else each dump has had its line: one line per bad dump
+                print(f"gputop: error: {label}: no readable Flight Recorder dump",
+                      file=sys.stderr)
             continue
         try:
             report = attribute(loaded.dumps)

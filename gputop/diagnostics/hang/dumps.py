@@ -17,6 +17,7 @@ Pure: no torch, no textual.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -250,14 +251,24 @@ def _dtypes(value: object) -> tuple[str, ...]:
     return tuple(_clip(_str(v), 32) for v in value[:MAX_DIMS])
 
 
+@functools.lru_cache(maxsize=65536, typed=True)
+def _frame(name: object, filename: object, line: object) -> StackFrame:
+    # A buffer repeats a few call sites thousands of times: each is checked and built once.
+    return StackFrame(function=_str(name, "?"), file=_str(filename), line=_int(line))
+
+
 def _frames(value: object) -> tuple[StackFrame, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
     out = []
     for f in value[:MAX_FRAMES]:
         if isinstance(f, dict):
-            out.append(StackFrame(function=_str(f.get("name"), "?"), file=_str(f.get("filename")),
-                                  line=_int(f.get("line"))))
+            name, filename, line = f.get("name"), f.get("filename"), f.get("line")
+            try:
+                out.append(_frame(name, filename, line))
+            except TypeError:  # an unhashable field: not a frame PyTorch writes
+                out.append(StackFrame(function=_str(name, "?"), file=_str(filename),
+                                      line=_int(line)))
     return tuple(out)
 
 
