@@ -385,18 +385,23 @@ def _parse(raw: object, name: str, form: str) -> FrDump:
                 pg_status[_str(key)] = status
     rank = rank_from_name(name)
     if rank is None:
-        rank = _rank_from_content(raw)
+        rank = _rank_from_content(raw, pg_config)
     return FrDump(name=name, rank=rank, version=_str(raw.get("version")), entries=entries,
                   pg_config=pg_config, pg_status=pg_status,
                   comm_lib_version=_str(raw.get("comm_lib_version")), form=form,
                   truncated_entries=dropped)
 
 
-def _rank_from_content(raw: dict) -> int | None:
-    """A rank stated by the dump itself: a "rank" key (some writers add it), else none (the
-    standard dump does not carry its own global rank)."""
+def _rank_from_content(raw: dict, pg_config: dict[str, dict]) -> int | None:
+    """A rank stated by the dump itself: a "rank" key (some writers add it); else the one rank
+    common to every group it lists (NCCL lists the global ranks of each group the rank is in:
+    its tensor- and data-parallel groups meet in that rank alone); else none."""
     for key in ("rank", "global_rank"):
         v = _int(raw.get(key))
         if v is not None and v >= 0:
             return v
-    return None
+    common: set[int] | None = None
+    for cfg in pg_config.values():
+        if cfg.get("ranks"):
+            common = set(cfg["ranks"]) if common is None else common & set(cfg["ranks"])
+    return next(iter(common)) if common is not None and len(common) == 1 else None
