@@ -11,6 +11,13 @@ import numpy as np
 import pandas as pd
 
 from gputop.recording.efficiency import add_efficiency, compare_mfu, efficiency_metrics
+from gputop.recording.gate import (
+    clean_intervals,
+    compare_steps,
+    figures_note,
+    mfu_problem,
+    step_intervals,
+)
 from gputop.recording.store import Recording, RecordingError, read_recording
 
 THROTTLE_EVENTS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
@@ -130,6 +137,9 @@ def summarize(rec: Recording) -> dict[str, Any]:
         for row in rec.findings.sort_values("time").to_dict("records"):
             findings.append({k: (None if isinstance(v, float) and math.isnan(v) else v)
                              for k, v in row.items()})
+    metrics = benchmark_metrics(rec.meta, gpus, procs, _f(times.max() - times.min(), 1))
+    main = metrics["job"]["pid"] if metrics["job"] else None
+    metrics["step_intervals_s"] = step_intervals(rec.processes, main)  # for the gate
     return {
         "recording": str(rec.path),
         "meta": rec.meta,
@@ -140,7 +150,7 @@ def summarize(rec: Recording) -> dict[str, Any]:
         "processes": procs,
         "findings": findings,
         "jobs": [_job(p, figures=True) for p in training_jobs(procs)],
-        "metrics": benchmark_metrics(rec.meta, gpus, procs, _f(times.max() - times.min(), 1)),
+        "metrics": metrics,
     }
 
 
@@ -251,9 +261,28 @@ def parse_regression(text: str) -> float:
 
 
 def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool, str]:
-    """(regressed, one-line reason) for throughput, MFU (when both have it) and p95 step time
-    against a baseline."""
-    problems, notes = [], []
+    """(regressed, one-line reason) against a baseline: the step-time distributions with their
+    spread (gputop.recording.gate), and MFU when both have it; with too few step times, the
+    single figures (throughput, p95 step time) against ``max_regression``."""
+    steps = compare_steps(clean_intervals(current.get("step_intervals_s")),
+                          clean_intervals(baseline.get("step_intervals_s")), max_regression)
+    if steps is not None:
+        if current.get("throughput_steps_per_s") is None:
+            raise RecordingError("no throughput to compare (record a job started with "
+                                 "`gputop run` so its agent reports steps)")
+        # MFU follows the step rate (same FLOPs per step), so the step test decides; MFU and
+        # the single figures are shown, not gated on (they carry the noise the test weighs).
+        regressed, text = steps
+        _, mfu_notes = compare_mfu(current, baseline, math.inf)
+        mfu = mfu_problem(current, baseline, max_regression, mfu_notes[0]) if mfu_notes else None
+        problems = [p for p in (mfu, text if regressed else None) if p]
+        notes = ([] if regressed else [text]) + ([] if mfu else mfu_notes) \
+            + [figures_note(current, baseline)]
+        limit = f"fails when p<0.01 and the median rose by over {max_regression * 100:g}%"
+        if problems:
+            return True, f"regression: {'; '.join(filter(None, problems))} ({limit})"
+        return False, f"no regression: {'; '.join(filter(None, notes))} ({limit})"
+    problems, notes = [], ["too few step times for the distribution test: single figures"]
     cur_t, base_t = current.get("throughput_steps_per_s"), baseline.get("throughput_steps_per_s")
     if cur_t is None or base_t is None or base_t <= 0:
         raise RecordingError("no throughput to compare (record a job started with "
