@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gputop.agent.protocol import default_capture_dir
+from gputop.agent.quiet import quiet
 from gputop.agent.telemetry import StepTelemetry
 
 MAX_STEPS = 1000
@@ -739,7 +740,8 @@ class CaptureController:
                 profile_memory=job.params["profile_memory"],
                 **_trace_only(job.params["with_stack"]),
             )
-            job.profiler.start()
+            with quiet():  # the profiler's own lines stay out of the job's stderr
+                job.profiler.start()
             job.marks.append(now)
             job.state = "warmup" if warmup else "recording"
             self._catch_sigterm()
@@ -748,14 +750,16 @@ class CaptureController:
         self._restore_sigterm()
         prof, job.profiler = job.profiler, None
         if prof is not None:
-            prof.stop()
+            with quiet():
+                prof.stop()
 
     def _hand_off(self, job: CaptureJob) -> None:
         """Stop on the training thread, export on another one."""
         self._restore_sigterm()
         prof = job.profiler
         job.profiler = None
-        prof.stop()
+        with quiet():
+            prof.stop()
         job.state = "exporting"
         self.telemetry.on_step = None
         thread = threading.Thread(
@@ -844,7 +848,8 @@ class CaptureController:
                 profile_memory=job.params["profile_memory"],
                 experimental_config=_ExperimentalConfig(profile_all_threads=True),
             )
-            prof.start()
+            with quiet():
+                prof.start()
         except Exception as exc:
             self._finish(job, _error("capture-failed", f"profiler failed to start: {exc}"[:300]))
             return job.reply or {}
@@ -858,7 +863,8 @@ class CaptureController:
                 break
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
         try:
-            prof.stop()
+            with quiet():
+                prof.stop()
         except Exception as exc:
             self._finish(job, _error("capture-failed", f"profiler failed to stop: {exc}"[:300]))
             return job.reply or {}

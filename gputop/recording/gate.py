@@ -8,9 +8,10 @@ noise, and a gate that fails on noise gets switched off. So the gate compares th
 
 * **The samples.** Each recording holds the main job's step count at every sample (once a
   second). Each interval between two samples in which steps advanced gives one mean step
-  time, seconds / steps; an interval without a step is merged into the next one (a stall
-  counts), and the interval that holds the first step (start-up) is left out. A run of
-  40 s gives about 38 such step times. They are kept in metrics.json (``step_intervals_s``),
+  time, seconds / steps; an interval is merged with the next ones until it holds at least
+  ``MIN_STEPS`` steps (a slow job's second holds 3 or 4 steps, and counting whole steps would
+  round its step time by up to 30 %; a stall counts too), and the interval that holds the first
+  step (start-up) is left out. A run of 40 s at 10 steps/s or more gives about 38 step times. They are kept in metrics.json (``step_intervals_s``),
   so a metrics.json baseline works too.
 * **The test.** A one-sided Mann-Whitney U test (rank-sum; normal approximation with a tie
   correction) asks whether the current run's step times are larger than the baseline's.
@@ -35,6 +36,7 @@ import pandas as pd
 
 ALPHA = 0.01
 MIN_INTERVALS = 8
+MIN_STEPS = 10  # steps per step time at least: 1 step more or less moves it by 10 % at most
 MAX_INTERVALS = 4000  # kept in metrics.json: ~1 hour at one sample a second
 
 
@@ -58,7 +60,7 @@ def step_intervals(processes: pd.DataFrame, pid: int | None) -> list[float]:
             started = ds > 0
             continue
         span, done = span + dt, done + ds
-        if done > 0:
+        if done >= MIN_STEPS:
             out.append(span / done)
             span = done = 0.0
     return [round(v, 6) for v in out[-MAX_INTERVALS:]]

@@ -282,7 +282,7 @@ def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool,
         if problems:
             return True, f"regression: {'; '.join(filter(None, problems))} ({limit})"
         return False, f"no regression: {'; '.join(filter(None, notes))} ({limit})"
-    problems, notes = [], ["too few step times for the distribution test: single figures"]
+    problems, notes = [], []
     cur_t, base_t = current.get("throughput_steps_per_s"), baseline.get("throughput_steps_per_s")
     if cur_t is None or base_t is None or base_t <= 0:
         raise RecordingError("no throughput to compare (record a job started with "
@@ -298,7 +298,7 @@ def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool,
         change = cur_p / base_p - 1
         text = f"p95 step time {cur_p * 1000:.1f} vs {base_p * 1000:.1f} ms ({change * 100:+.1f}%)"
         (problems if change > max_regression else notes).append(text)
-    limit = f"limit {max_regression * 100:g}%"
+    limit = f"limit {max_regression * 100:g}%; too few step times for the distribution test"
     if problems:
         return True, f"regression: {'; '.join(problems)} ({limit})"
     return False, f"no regression: {'; '.join(notes)} ({limit})"
