@@ -695,7 +695,8 @@ class CaptureController:
                                    f"{job.finish_reason}")
                     self._hand_off(job)  # stops the profiler here: the steps so far are kept
                     return
-                job.profiler.step()
+                with quiet():  # a schedule starts and stops the profiler in step()
+                    job.profiler.step()
                 if job.steps_seen >= warmup:
                     job.state = "recording"
                 if job.trace_ready:

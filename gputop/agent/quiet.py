@@ -31,6 +31,8 @@ HOLD_MAX = 4096  # a longer partial line is forwarded as it is
 _lock = threading.Lock()
 _users = 0
 _saved: int | None = None  # the real stderr while the filter is on
+_thread: threading.Thread | None = None
+DRAIN_S = 0.2  # end() waits this long at most for the job's last lines to be forwarded
 
 
 def _forward(read_fd: int, out_fd: int) -> None:
@@ -70,7 +72,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def begin() -> None:
     """Route fd 2 through the filter (nested calls count; each needs its end())."""
-    global _users, _saved
+    global _users, _saved, _thread
     with _lock:
         _users += 1
         if _users > 1:
@@ -86,8 +88,9 @@ def begin() -> None:
             return
         try:
             out = os.dup(saved)  # the thread's own copy: it closes it when done
-            threading.Thread(target=_forward, args=(read_fd, out), name="gputop-stderr",
-                             daemon=True).start()
+            thread = threading.Thread(target=_forward, args=(read_fd, out),
+                                      name="gputop-stderr", daemon=True)
+            thread.start()
         except (OSError, RuntimeError):
             for fd in (saved, read_fd, write_fd):
                 os.close(fd)
@@ -95,12 +98,13 @@ def begin() -> None:
         _flush_python()
         os.dup2(write_fd, 2)
         os.close(write_fd)
-        _saved = saved
+        _saved, _thread = saved, thread
 
 
 def end() -> None:
     """Give fd 2 back to the real stderr once the last user is done."""
-    global _users, _saved
+    global _users, _saved, _thread
+    thread = None
     with _lock:
         if _users == 0:
             return
@@ -111,6 +115,11 @@ def end() -> None:
         os.dup2(_saved, 2)  # the pipe's last writer closes: the thread drains it and ends
         os.close(_saved)
         _saved = None
+        thread, _thread = _thread, None
+    if thread is not None:
+        # What the job wrote before this goes out before what it writes after (a forked child
+        # that keeps the pipe open keeps the thread going: a bounded wait, then on).
+        thread.join(DRAIN_S)
 
 
 @contextmanager
