@@ -88,15 +88,15 @@ def record_training(tmp_path: Path, name: str, slowdown: float) -> Path:
     # One intra-op thread: two torch threads on a busy 2-core machine wait for each other for
     # whole scheduler slices, which is what doubled the p95 step time of identical runs.
     job = subprocess.Popen([sys.executable, "-m", "gputop", "run", "--", sys.executable, TRAIN,
-                            "--seconds", "40", "--step-ms", "100", "--slowdown", str(slowdown)],
+                            "--seconds", "60", "--step-ms", "100", "--slowdown", str(slowdown)],
                            env=cli_env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.PIPE,
                            text=True)
     try:
         assert job.stdout.readline().strip() == "training"
         time.sleep(2)  # past the first steps
         out = tmp_path / f"{name}.parquet"
-        # Half-second samples: ~19 step times per run for the gate's distribution test.
-        rec = run_cli("--interval", "0.5", "record", "-o", str(out), "--duration", "10",
+        # ~13 step times of 10 steps each per run for the gate's distribution test.
+        rec = run_cli("--interval", "0.5", "record", "-o", str(out), "--duration", "14",
                       "--flush-every", "5")
         assert rec.returncode == 0, rec.stderr
         return out

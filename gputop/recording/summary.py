@@ -111,6 +111,7 @@ def process_summary(p: pd.DataFrame) -> dict[str, Any]:
         "samples": len(p),
         "cpu_mean": _f(p["cpu_percent"].mean(), 1),
         "workers": int(last["workers"]),
+        "user": last["user"] if "user" in p and isinstance(last["user"], str) else None,
         "steps": None if steps.empty else int(steps.iloc[-1]),
         "throughput_steps_per_s": _f(throughput, 4),
         # The agent reports p50/p95 over a sliding window; the run's figure is the median of
@@ -128,7 +129,7 @@ def summarize(rec: Recording) -> dict[str, Any]:
     if not rec.processes.empty:
         procs = reported_processes(
             [process_summary(p) for _, p in rec.processes.groupby(["pid"], dropna=False)],
-            gpus_recorded=bool(gpus))
+            gpus_recorded=bool(gpus), user=rec.meta.get("user"))
         add_efficiency(procs, rec)  # MFU, goodput, J/step over the recording
     times = pd.concat([rec.gpus.get("time", pd.Series(dtype=float)),
                        rec.host.get("time", pd.Series(dtype=float))])
@@ -154,14 +155,18 @@ def summarize(rec: Recording) -> dict[str, Any]:
     }
 
 
-def reported_processes(procs: list[dict], gpus_recorded: bool) -> list[dict]:
+def reported_processes(procs: list[dict], gpus_recorded: bool, user: Any = None) -> list[dict]:
     """The processes the report is about. With GPUs recorded, those that ran on them: another
     job on the host with no GPU (a test, another user's CPU run with an agent) is not what
     the recording measures, and must never stand for its job. Without GPUs (no driver), the
     processes whose agent reported steps. A row with nothing to show is left out."""
     if gpus_recorded:
         return [p for p in procs if p["gpus"]]
-    return [p for p in procs if p["steps"] is not None]
+    trainers = [p for p in procs if p["steps"] is not None]
+    # Without GPUs nothing ties a job to the recording but its agent, and root sees every
+    # user's agents: the recorder's own jobs, when it has any, are the ones it measures.
+    own = [p for p in trainers if isinstance(user, str) and p.get("user") == user]
+    return own or trainers
 
 
 def process_rows(rec: Recording, summary: dict[str, Any]) -> pd.DataFrame:
