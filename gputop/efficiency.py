@@ -61,7 +61,7 @@ def flop_count(agent: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str
     if not isinstance(last, dict):
         if state in ("armed", "counting"):
             return None, "FLOPs not counted yet (one step after warm-up)"
-        return None, "FLOPs not counted (GPUTOP_FLOP_COUNT=0?): press m to count one step"
+        return None, "FLOPs not counted (GPUTOP_FLOP_COUNT=0?): press F to count one step"
     if last.get("ok") is not True:
         message = last.get("message")
         text = message[:120] if isinstance(message, str) else "failed"
