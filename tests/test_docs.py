@@ -6,6 +6,7 @@ in mkdocs.yml's nav, and every `gputop ...` command-line example parses with gpu
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import shlex
@@ -127,16 +128,23 @@ def examples() -> list[tuple[str, str, bool]]:
     return sorted(set(found))
 
 
+@functools.cache
+def _parser():
+    from gputop.cli import build_parser
+
+    return build_parser()
+
+
 def parse(words: list[str]) -> str | None:
     """None when gputop's parser (and its check of the global options) accepts ``words``, else
     what it said."""
-    from gputop.cli import _validate_globals, build_parser
+    from gputop.cli import _validate_globals
     from gputop.errors import UsageError
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            args = build_parser().parse_args(words)
+            args = _parser().parse_args(words)
         _validate_globals(args)
     except SystemExit as exc:
         return None if exc.code == 0 else err.getvalue().strip().splitlines()[-1]
@@ -153,7 +161,9 @@ def test_there_are_examples():
 def test_every_command_line_example_parses(page, command, inline):
     words = []
     for word in shlex.split(re.sub(r"\$\([^)]*\)", "4242", command))[1:]:
-        words.append("4242" if PLACEHOLDER.match(word) else word)
+        if PLACEHOLDER.match(word):  # a value: a scenario after --demo, else a number or path
+            word = "healthy" if words[-1:] == ["--demo"] else "4242"
+        words.append(word)
     said = parse(words)
     # Prose names a command or an option on its own (`gputop capture`, `gputop --hosts`): the
     # words must exist; the values they take are for the examples to show.
