@@ -188,6 +188,6 @@ def test_peak_advice_scales_with_what_is_at_stake():
     small = advice(int(3.5 * MIB), None)
     assert small.startswith("nothing to do: a 3.50 MiB peak is small")
     roomy = advice(20 << 30, 80 << 30)
-    assert roomy.startswith("the peak is 25% of the device's 80 GiB: room to spare")
+    assert roomy.startswith("the peak is 25% of the device's 80.0 GiB: room to spare")
     full = advice(70 << 30, 80 << 30)
     assert full.startswith("activation checkpointing")
