@@ -71,7 +71,7 @@ def test_a_forged_baseline_is_one_line_not_a_traceback(tmp_path, demo_runs):
 
 
 def _record(target: Path, slowdown: str) -> Path:
-    done = run_cli("--demo", "input-starved", "record", "-o", str(target), "--duration", "40",
+    done = run_cli("--demo", "input-starved", "record", "-o", str(target), "--duration", "60",
                    env=cli_env(GPUTOP_DEMO_SLOWDOWN=slowdown), timeout=4 * SLOW)
     assert done.returncode == 0, done.stderr
     return target

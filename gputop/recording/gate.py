@@ -36,7 +36,7 @@ import pandas as pd
 
 ALPHA = 0.01
 MIN_INTERVALS = 6
-MIN_STEPS = 10  # steps per step time at least: 1 step more or less moves it by 10 % at most
+MIN_STEPS = 5  # steps per step time at least: 1 step more or less moves it by 20 % at most
 MAX_INTERVALS = 4000  # kept in metrics.json: ~1 hour at one sample a second
 
 
