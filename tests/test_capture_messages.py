@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import REPO, SLOW, cli_env, end_popen, run_cli, wait_for
 
 

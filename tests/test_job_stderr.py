@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 FILTER_SCRIPT = textwrap.dedent("""
