@@ -170,3 +170,18 @@ def test_every_command_line_example_parses(page, command, inline):
     if inline and said and ("required" in said or "expected one argument" in said):
         said = None
     assert said is None, f"{page}: `{command}`: {said}"
+
+
+REPO_PATH = re.compile(r"`((?:gputop|tests|benchmarks|deploy|scripts|docs)/[\w./-]+\.\w+)`")
+
+
+def test_every_file_named_in_code_exists():
+    """A file named in backticks (`gputop/sim/nvml.py`) is one the reader can open: a module
+    that moved is renamed in the pages too."""
+    missing = []
+    for page in PAGES:
+        prose, _ = _text_and_code(page)
+        for path in REPO_PATH.findall("\n".join(prose)):
+            if not (REPO / path).exists() and Path(path).name not in PENDING:
+                missing.append(f"{page.relative_to(REPO)}: {path}")
+    assert not missing, "\n".join(missing)
