@@ -100,3 +100,20 @@ def test_identical_demo_runs_pass_and_a_30_percent_slower_one_fails(demo_runs):
     print(f"\nsame: {ok.stderr.strip()}\nslow: {regressed.stderr.strip()}")
     assert regressed.returncode == 1, regressed.stderr
     assert "regression: median step time" in regressed.stderr
+
+
+def test_without_gpus_the_report_takes_the_recorders_own_job():
+    """Issue 38, item 2: on a host without GPUs, root's recording saw another user's agent too;
+    the report's job is the recorder's user's, when it has one."""
+    from gputop.recording.summary import reported_processes, training_jobs
+
+    def proc(pid: int, user: str, steps: int) -> dict:
+        return {"pid": pid, "user": user, "steps": steps, "gpus": [], "gpu_mem_peak": None,
+                "throughput_steps_per_s": 10.0}
+
+    theirs, mine = proc(1, "alice", 9000), proc(2, "root", 100)
+    assert [p["pid"] for p in training_jobs(reported_processes([theirs, mine], False, "root"))] \
+        == [2]
+    # Nobody's own: every job stays (an older recording has no user).
+    assert len(reported_processes([theirs, mine], False, None)) == 2
+    assert len(reported_processes([theirs], False, "root")) == 1

@@ -205,8 +205,17 @@ class GputopApp(App[int]):
         if action in self.REPLAY_ONLY:
             # Not while typing in the filter box: its cursor takes the arrow keys.
             return replaying and self.focused is not self._filter_box()
-        if action in self.LIVE_ONLY and replaying:
+        # LIVE_ONLY actions stay enabled while replaying: each says why it cannot act
+        # (_replay_refuses), rather than a key that silently does nothing.
+        return True
+
+    def _replay_refuses(self, what: str) -> bool:
+        """True (and a notification saying why) when this is a recording played back."""
+        if not isinstance(self.feed, ReplayFeed):
             return False
+        self.notify(f"{what}: this is a recording played back, its processes are not running "
+                    "here (run `gputop` on the live machine for that)", severity="warning",
+                    timeout=6, markup=False)
         return True
 
     def __init__(
@@ -646,6 +655,8 @@ class GputopApp(App[int]):
         self.feed.focus_pid = None
 
     def action_signal_process(self) -> None:
+        if self._replay_refuses("cannot signal a process"):
+            return
         row = self.table.selected_row()
         if row is None:
             self.notify("no process selected", severity="warning", timeout=3)
@@ -698,6 +709,8 @@ class GputopApp(App[int]):
     def action_count_flops(self) -> None:
         """`m`: count the FLOPs of the selected process's next step again (its agent's
         FlopCounterMode), for MFU; on a job row, of every rank."""
+        if self._replay_refuses("cannot count FLOPs (F)"):
+            return
         row = self.table.selected_row()
         if row is not None and row.job is not None:
             job = next((j for j in jobs_in(self.frame.snapshot) if j.job_id == row.job), None) \
@@ -735,6 +748,8 @@ class GputopApp(App[int]):
     def action_memory_capture(self) -> None:
         """`m`: where the selected training process's memory goes (its agent's memory
         capture: growth by source line, the peak's parts, reserved versus allocated)."""
+        if self._replay_refuses("cannot capture memory (m)"):
+            return
         pid = self._selected_pid(training=True)
         if pid is not None:
             self._memory_lookup(pid)
@@ -819,6 +834,8 @@ class GputopApp(App[int]):
         self.push_screen(MemoryScreen(self.last_oom, report=report, path=path))
 
     def action_request_capture(self) -> None:
+        if self._replay_refuses("cannot capture (p)"):
+            return
         row = self.table.selected_row()
         if row is not None and row.job is not None:  # the job row: every rank
             self.capture_job(row.job, row.pid)
