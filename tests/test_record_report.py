@@ -6,13 +6,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli, wait_for
+from gputop.client.agents import agent_status
+from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 TRAIN = str(REPO / "tests" / "scripts" / "steady_train.py")
 
@@ -93,7 +93,9 @@ def record_training(tmp_path: Path, name: str, slowdown: float) -> Path:
                            text=True)
     try:
         assert job.stdout.readline().strip() == "training"
-        time.sleep(2)  # past the first steps
+        # Past the first steps: the agent's count says so (not a guess of 2 s of wall time).
+        wait_for(lambda: (agent_status(job.pid, timeout=10) or {}).get("steps", 0) >= 10,
+                 timeout=SLOW)
         out = tmp_path / f"{name}.parquet"
         # ~26 step times of 5 steps each per run for the gate's distribution test.
         rec = run_cli("--interval", "0.5", "record", "-o", str(out), "--duration", "14",
