@@ -126,7 +126,8 @@ def build_parser(commands: tuple[str, ...] = COMMANDS,
 def _validate_globals(args: argparse.Namespace) -> None:
     from gputop.sim.scenarios import SCENARIOS
 
-    if args.demo is not None and args.demo != "list" and args.demo not in SCENARIOS:
+    # "fleet": simulated nodes on the fleet screen (gputop.fleet.demo), not a node's scenario.
+    if args.demo is not None and args.demo not in ("list", "fleet") and args.demo not in SCENARIOS:
         raise UsageError(
             f"unknown scenario {args.demo!r}; valid scenarios: {', '.join(SCENARIOS)}"
         )
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             from gputop.sim.scenarios import describe_scenarios
 
             print(describe_scenarios())
+            print("fleet          the fleet screen: 4 simulated nodes (healthy, throttled, "
+                  "memory-leak, host-sync), run here without ssh")
             return 0
         name = args.command or "top"
         if args.command is None:

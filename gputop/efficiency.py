@@ -61,7 +61,7 @@ def flop_count(agent: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str
     if not isinstance(last, dict):
         if state in ("armed", "counting"):
             return None, "FLOPs not counted yet (one step after warm-up)"
-        return None, "FLOPs not counted (GPUTOP_FLOP_COUNT=0?): press m to count one step"
+        return None, "FLOPs not counted (GPUTOP_FLOP_COUNT=0?): press F to count one step"
     if last.get("ok") is not True:
         message = last.get("message")
         text = message[:120] if isinstance(message, str) else "failed"
@@ -298,8 +298,8 @@ def short_text(eff: Efficiency | None) -> str:
         parts.append(f"MFU {share_text(eff.mfu)}" + ("!" if eff.tensor_agrees is False else ""))
     elif eff.achieved_flops is not None:
         parts.append(f"{flops_text(eff.achieved_flops)}/s")
-    else:
-        parts.append("MFU n/a")
+    # No "MFU n/a": the row's command column is narrow (80x24), and a figure that is not
+    # there says nothing at a glance; the process view says why.
     if eff.goodput is not None:
         parts.append(f"goodput {share_text(eff.goodput)}")
     if eff.j_per_step is not None:

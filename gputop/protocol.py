@@ -111,8 +111,25 @@ def _private_dir(path: Path, uid: int) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and st.st_mode & 0o077 == 0
 
 
+# Discovery scope: when set, agents listen in this one directory and gputop looks for agents
+# only there (no other directory, no other user's, even as root). A job started with it set
+# (``gputop run`` passes the environment on) is then seen only by a gputop with the same
+# setting: the tests set it per run so that other jobs on the host cannot change their results,
+# and users may set it to keep one group of jobs apart (docs/agent.md).
+SOCKET_DIR_ENV = "GPUTOP_SOCKET_DIR"
+
+
+def scoped_dir() -> Path | None:
+    """The directory named by $GPUTOP_SOCKET_DIR (made absolute), or None when unset."""
+    value = os.environ.get(SOCKET_DIR_ENV)
+    return Path(os.path.abspath(os.path.expanduser(value))) if value else None
+
+
 def _base_dirs(uid: int) -> list[Path]:
     """Candidate socket directories for ``uid``, preferred first (they may not exist)."""
+    scoped = scoped_dir()
+    if scoped is not None:
+        return [scoped]
     dirs = []
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and uid == os.geteuid() and _private_dir(Path(xdg), uid):
@@ -138,7 +155,7 @@ def check_socket_dir(path: Path, uid: int | None = None) -> None:
 def socket_dir(create: bool = False) -> Path:
     """This user's agent socket directory.
 
-    ``$XDG_RUNTIME_DIR/gputop`` when XDG_RUNTIME_DIR exists, is ours and is private, else
+    ``$GPUTOP_SOCKET_DIR`` when set, else ``$XDG_RUNTIME_DIR/gputop`` when XDG_RUNTIME_DIR exists, is ours and is private, else
     ``/tmp/gputop-<uid>``. With ``create``, make it (mode 0700) and tighten a loose mode. Raises
     AgentError for a symlink or a directory owned by someone else (a squatter in /tmp).
     """

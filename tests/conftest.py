@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +48,17 @@ RUN_MARK = "GPUTOP_TEST_RUN"
 CASE_MARK = "GPUTOP_TEST_CASE"
 os.environ[RUN_MARK] = uuid.uuid4().hex
 os.environ.pop(CASE_MARK, None)
+
+# Discovery scope (issue 38): this run's agents listen in a private directory of its own, and
+# every gputop the tests start looks for agents only there ($GPUTOP_SOCKET_DIR, inherited by
+# every process the tests start). Other users' agents, the developer's own `gputop run` job
+# and hostile agents elsewhere on the host are invisible to the tests, so they cannot change a
+# result. A test that needs the default directories (or another user's) removes the variable
+# with monkeypatch (``monkeypatch.delenv(SOCKET_DIR_ENV)``) and is written so that foreign
+# agents cannot change its result.
+SOCKET_DIR_ENV = "GPUTOP_SOCKET_DIR"
+SOCKET_SCOPE = tempfile.mkdtemp(prefix="gputop-tests-")  # mode 0700, ours
+os.environ[SOCKET_DIR_ENV] = SOCKET_SCOPE
 
 _swept: list[tuple[str, str]] = []  # (test, process) ended by the sweep, for the summary
 # Processes that a module-scoped fixture owns (servers shared by several tests): they and
@@ -272,6 +285,7 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         _swept.extend(("(end of the run)", _describe(p)) for p in left.values())
         end_processes(left.values())
+    shutil.rmtree(SOCKET_SCOPE, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):

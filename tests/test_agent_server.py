@@ -269,6 +269,7 @@ def test_list_agents_removes_sockets_of_dead_processes(world, spawn):
 
 
 def test_socket_dir_prefers_a_private_xdg_runtime_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUTOP_SOCKET_DIR")  # the default directories, not the tests' scope
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
@@ -280,6 +281,7 @@ def test_socket_dir_prefers_a_private_xdg_runtime_dir(tmp_path, monkeypatch):
 
 
 def test_socket_dir_refuses_a_symlink_or_a_foreign_owner(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUTOP_SOCKET_DIR")  # the default directories, not the tests' scope
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))

@@ -15,6 +15,14 @@ from tests.conftest import REPO, cli_env
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
 
 NOBODY = 65534
+
+
+@pytest.fixture(autouse=True)
+def unscoped(monkeypatch):
+    """These tests are about another user's agents, which root finds in that user's directory:
+    the default discovery, not the tests' own scope ($GPUTOP_SOCKET_DIR, conftest). Foreign
+    agents on the host cannot change their results (they only add agents)."""
+    monkeypatch.delenv("GPUTOP_SOCKET_DIR")
 HOSTILE = str(REPO / "tests" / "scripts" / "hostile_agent.py")
 # Runs the CLI in this interpreter and prints its peak RSS (KiB) on stderr's last line.
 # The peak is VmHWM, the high-water mark of this program's own memory: ru_maxrss would also

@@ -31,6 +31,14 @@ pytestmark = pytest.mark.timeout(8 * SLOW)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
 
 NOBODY = 65534
+
+
+@pytest.fixture(autouse=True)
+def unscoped(monkeypatch):
+    """These tests are about another user's agents, which root finds in that user's directory:
+    the default discovery, not the tests' own scope ($GPUTOP_SOCKET_DIR, conftest). Foreign
+    agents on the host cannot change their results (they only add agents)."""
+    monkeypatch.delenv("GPUTOP_SOCKET_DIR")
 HOLDER = str(REPO / "tests" / "scripts" / "silent_sockets.py")
 COUNT = 20
 

@@ -141,6 +141,10 @@ def test_a_raised_out_of_memory_error_is_reported(world):
     with running(proc):
         _, stderr = proc.communicate(timeout=2 * SLOW)
     assert proc.returncode == 1 and "OutOfMemoryError" in stderr
+    # After the job's traceback, one line: the report was written, where, how to read it.
+    told = stderr.strip().splitlines()[-1]
+    assert told.startswith("gputop: out-of-memory report written to ") and \
+        f"gputop memory --last-oom {proc.pid}" in told, told
     done = memory("--last-oom", str(proc.pid), "--json", env=env)
     assert done.returncode == 0, done.stderr
     oom = json.loads(done.stdout)["oom"]

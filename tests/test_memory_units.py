@@ -172,3 +172,22 @@ def test_after_a_memory_capture_the_memory_findings_name_the_line_that_grows():
     assert found.where.startswith("train.py:31 keep keeps +1.00 MiB per step")
     assert untouched.where is None
     assert where.enrich([growth_finding], _snap(1))[0].where is None  # another process
+
+
+def test_peak_advice_scales_with_what_is_at_stake():
+    """Issue 38: no activation checkpointing for a 3.5 MiB peak; a hint while the device has
+    room; the full fix when the peak nears the device's memory."""
+    def advice(peak_bytes: int, total: int | None) -> str:
+        parts = {"activations": peak_bytes, "parameters": 0, "gradients": 0,
+                 "optimizer_state": 0, "other": 0}
+        r = decoded(peak={"step": 3, "bytes": peak_bytes, "parts": parts},
+                    allocator={"device_total": total} if total else {})
+        (v,) = [v for v in verdicts(r) if v.id == "activations"]
+        return v.fix
+
+    small = advice(int(3.5 * MIB), None)
+    assert small.startswith("nothing to do: a 3.50 MiB peak is small")
+    roomy = advice(20 << 30, 80 << 30)
+    assert roomy.startswith("the peak is 25% of the device's 80.0 GiB: room to spare")
+    full = advice(70 << 30, 80 << 30)
+    assert full.startswith("activation checkpointing")

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gputop.agent import quiet
 from gputop.agent.memory_events import Sites, allocator_events, profiler_events
 from gputop.agent.memory_sites import PREFIX, enter, leave, leave_after_fork, site_marks
 from gputop.agent.memory_state import (
@@ -93,6 +94,7 @@ class MemoryJob:
         self.sites = Sites()
         self.train_thread: int | None = None
         self.our_history = False  # the allocator's history was turned on by us
+        self.quiet = False  # gputop.agent.quiet is on for this capture
         self.baseline: int | None = None  # CUDA: allocated bytes at the first boundary
         self.reserved_start: int | None = None
         self.storages: Any = None
@@ -305,6 +307,10 @@ class MemoryCapture:
 
                 job.device = "cpu"
                 job.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+                # The profiler's start/stop lines and c10's CPUAllocator warning (a block
+                # allocated before the capture, freed during it) stay out of the job's stderr.
+                quiet.begin()
+                job.quiet = True
                 job.profiler.start()
                 job.mode = site_marks(job.sites)
                 enter(job.mode)
@@ -326,11 +332,18 @@ class MemoryCapture:
             prof, job.profiler = job.profiler, None
             if prof is not None:
                 prof.stop()
+            self._unquiet(job)
         if job.our_history:
             job.our_history = False
             import torch
 
             torch.cuda.memory._record_memory_history(enabled=None)
+
+    @staticmethod
+    def _unquiet(job: MemoryJob) -> None:
+        if job.quiet:
+            job.quiet = False
+            quiet.end()
 
     def _stop_quietly(self, job: MemoryJob, at_exit: bool = False) -> None:
         try:
@@ -352,6 +365,7 @@ class MemoryCapture:
         job.profiler = None
         if prof is not None:
             prof.stop()
+        self._unquiet(job)
         job.storages = model_storages(self.telemetry.leader(), job.device)
         job.state = "analysing"
         if self.telemetry.on_step == self._on_step:

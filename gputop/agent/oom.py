@@ -158,20 +158,40 @@ class OomWatch:
                      fatal=False, device_total=device_total, device_free=device_free)
 
     def _excepthook(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
+        oom = False
         try:
             if exc is not None and is_oom(exc):
+                oom = True
                 self._uncaught(exc, tb)
         finally:
             previous = self._previous[0] if self._previous else sys.__excepthook__
             previous(exc_type, exc, tb)
+            if oom:
+                self._tell()
 
     def _thread_excepthook(self, args: Any) -> None:
+        oom = False
         try:
             if args.exc_value is not None and is_oom(args.exc_value):
+                oom = True
                 self._uncaught(args.exc_value, args.exc_traceback)
         finally:
             previous = self._previous[1] if self._previous else threading.__excepthook__
             previous(args)
+            if oom:
+                self._tell()
+
+    def _tell(self) -> None:
+        """After the job's own traceback: one line saying that the report was written, where,
+        and how to read it (the job is ending: nobody would look for it otherwise)."""
+        last = self.last
+        if last is None or time.time() - last[0] > 60.0:
+            return
+        try:
+            print(f"gputop: out-of-memory report written to {last[2]}; read it with "
+                  f"`gputop memory --last-oom {os.getpid()}`", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def _uncaught(self, exc: BaseException, tb: Any) -> None:
         try:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gputop.agent.capture_state import CaptureJob
+from gputop.agent.quiet import quiet
 from gputop.agent.sigterm import SigtermExport
 from gputop.agent.telemetry import StepTelemetry
 from gputop.agent.trace_export import (
@@ -418,7 +419,8 @@ class CaptureController(SigtermExport):
                                    f"{job.finish_reason}")
                     self._hand_off(job)  # stops the profiler here: the steps so far are kept
                     return
-                job.profiler.step()
+                with quiet():  # a schedule starts and stops the profiler in step()
+                    job.profiler.step()
                 if job.steps_seen >= warmup:
                     job.state = "recording"
                 if job.trace_ready:
@@ -463,7 +465,8 @@ class CaptureController(SigtermExport):
                 profile_memory=job.params["profile_memory"],
                 **trace_only(job.params["with_stack"]),
             )
-            job.profiler.start()
+            with quiet():  # the profiler's own lines stay out of the job's stderr
+                job.profiler.start()
             job.marks.append(now)
             job.state = "warmup" if warmup else "recording"
             self._catch_sigterm()
@@ -472,14 +475,16 @@ class CaptureController(SigtermExport):
         self._restore_sigterm()
         prof, job.profiler = job.profiler, None
         if prof is not None:
-            prof.stop()
+            with quiet():
+                prof.stop()
 
     def _hand_off(self, job: CaptureJob) -> None:
         """Stop on the training thread, export on another one."""
         self._restore_sigterm()
         prof = job.profiler
         job.profiler = None
-        prof.stop()
+        with quiet():
+            prof.stop()
         job.state = "exporting"
         self.telemetry.on_step = None
         thread = threading.Thread(
@@ -568,7 +573,8 @@ class CaptureController(SigtermExport):
                 profile_memory=job.params["profile_memory"],
                 experimental_config=_ExperimentalConfig(profile_all_threads=True),
             )
-            prof.start()
+            with quiet():
+                prof.start()
         except Exception as exc:
             self._finish(job, error_reply("capture-failed", f"profiler failed to start: {exc}"[:300]))
             return job.reply or {}
@@ -582,7 +588,8 @@ class CaptureController(SigtermExport):
                 break
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
         try:
-            prof.stop()
+            with quiet():
+                prof.stop()
         except Exception as exc:
             self._finish(job, error_reply("capture-failed", f"profiler failed to stop: {exc}"[:300]))
             return job.reply or {}

@@ -37,6 +37,7 @@ from gputop.protocol import (  # noqa: F401
     encode,
     peer_credentials,
     pid_namespace,
+    scoped_dir,
     socket_dir,
     socket_path,
 )
@@ -81,11 +82,12 @@ def _search_dirs() -> list[tuple[Path, int]]:
     """Directories to look for agents in, with the uid that must own each.
 
     Ours (both the XDG and the /tmp location: the job and gputop may not agree on
-    XDG_RUNTIME_DIR); as root, every user's too, since agents accept root.
+    XDG_RUNTIME_DIR); as root, every user's too, since agents accept root. With
+    $GPUTOP_SOCKET_DIR set, only that directory.
     """
     uid = os.geteuid()
     found = [(d, uid) for d in _base_dirs(uid)]
-    if uid == 0:
+    if uid == 0 and scoped_dir() is None:
         for name in _entries("/tmp"):
             m = _USER_TMP.match(name) if name.startswith("gputop-") else None
             if m and int(m.group(1)) != 0:

@@ -115,11 +115,14 @@ class _Progress:
         self.tty = sys.stderr.isatty()
         self.started = time.monotonic()
         self._last = ""
-        if enabled and not self.tty:
-            print(f"gputop: capturing pid {pid} ...", file=sys.stderr, flush=True)
 
     def __call__(self, capture: dict[str, Any]) -> None:
-        if not (self.enabled and self.tty):
+        if not self.enabled:
+            return
+        if not self.tty:  # one line, once the agent answered (a wrong PID gets only its error)
+            if not self._last:
+                print(f"gputop: capturing pid {self.pid} ...", file=sys.stderr, flush=True)
+                self._last = "said"
             return
         from gputop.client.agents import progress_text
 
@@ -132,6 +135,7 @@ class _Progress:
     def done(self) -> None:
         if self.tty and self._last:
             print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self._last = ""
 
 
 def settings_of(args: argparse.Namespace):
@@ -178,6 +182,14 @@ def run(args: argparse.Namespace) -> int:
         result = capture(pid, settings_of(args), on_progress=progress)
     except CaptureFailed as exc:
         raise UsageError(str(exc), exit_code=1) from None
+    except KeyboardInterrupt:
+        progress.done()
+        # Leaving closes the connection: the agent sees its client gone and stops the
+        # profiler at the job's next step; the job itself goes on.
+        print(f"gputop: capture of pid {pid} stopped (Ctrl-C): the agent stops the profiler "
+              "at the next step and keeps no trace; the job goes on, unharmed",
+              file=sys.stderr, flush=True)
+        return 130
     finally:
         progress.done()
     for note in result.notes:

@@ -21,16 +21,23 @@ FLEET_COMMANDS = ("top", "watch")
 
 
 def fleet_requested(args: argparse.Namespace) -> bool:
-    return any(getattr(args, name, None) is not None for name in ("hosts", "hostfile", "slurm"))
+    from gputop.fleet import demo
+
+    return demo.requested(args) or any(
+        getattr(args, name, None) is not None for name in ("hosts", "hostfile", "slurm"))
 
 
 def check_fleet_command(args: argparse.Namespace, command: str) -> None:
     if fleet_requested(args) and command not in FLEET_COMMANDS:
-        raise UsageError(f"--hosts, --hostfile and --slurm go with the live monitor and "
+        raise UsageError(f"--hosts, --hostfile, --slurm and --demo fleet go with the live monitor and "
                          f"`watch`, not `{command}`")
 
 
 def _targets_and_settings(args: argparse.Namespace):
+    from gputop.fleet import demo
+
+    if demo.requested(args):  # simulated nodes, run here: no ssh
+        return demo.targets_and_settings(args)
     from gputop.fleet.ssh import settings_from_args
     from gputop.fleet.targets import resolve_targets
 

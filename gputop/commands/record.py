@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from pathlib import Path
 
 from gputop.errors import UsageError
@@ -27,6 +28,21 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="write a part at least this often (default 30 s)")
 
 
+def progress(samples: int, started: float, duration: float | None, output: str) -> None:
+    """On a terminal, one line on stderr kept up to date: samples so far and time left."""
+    if not sys.stderr.isatty():
+        return
+    elapsed = time.monotonic() - started
+    left = f", {max(0.0, duration - elapsed):.0f} s left" if duration else ", Ctrl-C to stop"
+    print(f"\r\033[Kgputop: recording to {output}: {samples} samples, {elapsed:.0f} s{left}",
+          end="", file=sys.stderr, flush=True)
+
+
+def progress_done() -> None:
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
     from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
@@ -41,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     recorder = Recorder(Path(args.output), flush_every=args.flush_every)
     diagnosis = LiveDiagnosis()
     samples = 0
+    started = time.monotonic()
     try:
         with open_sampler(args.demo, args.gpus, args.seed) as sampler:
             if not sampler.driver.available:
@@ -54,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
                     events = [t.to_json(host) for t in diagnosis.update(snap)]
                     recorder.add(snap, events)
                     samples += 1
+                    progress(samples, started, args.duration, args.output)
             except KeyboardInterrupt:
                 pass
+            progress_done()
             recorder.flush()
     except RecordingError as exc:
         raise UsageError(str(exc), exit_code=1) from None

@@ -18,6 +18,22 @@ import threading
 import time
 
 PR_SET_PDEATHSIG = 1
+# A regression on demand (docs/simulated.md): `GPUTOP_DEMO_SLOWDOWN=30% gputop --demo
+# input-starved record ...` records the same job with every step 30 % slower.
+SLOWDOWN_ENV = "GPUTOP_DEMO_SLOWDOWN"
+
+
+def slowdown_fraction(text: str) -> float:
+    """'30%', '30' and '0.3' all mean thirty percent (0 to 500 %)."""
+    raw = text.strip().rstrip("%")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a percentage like 30% (got {text!r})") from None
+    value = value / 100 if (text.strip().endswith("%") or value >= 1) else value
+    if not 0 <= value <= 5:
+        raise argparse.ArgumentTypeError(f"between 0% and 500% (got {text!r})")
+    return value
 
 
 # After SIGTERM (or the parent's death) the loop stops at the next step; if it has not ended
@@ -93,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
+    parser.add_argument(
+        "--slowdown",
+        type=slowdown_fraction,
+        default=os.environ.get(SLOWDOWN_ENV, "0"),
+        metavar="PCT",
+        help="make every step PCT slower (e.g. 30%%), to try `gputop report --baseline` on a "
+        f"regression; default ${SLOWDOWN_ENV}, which `gputop --demo` passes on, else 0",
+    )
     args = parser.parse_args(argv)
 
     # A clean exit on SIGTERM, at a step boundary: atexit handlers run and the agent removes
@@ -122,6 +146,19 @@ def main(argv: list[str] | None = None) -> int:
             return 100_000
 
         def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+            started = time.thread_time()
+            item = self.make(index)
+            if args.slowdown:
+                # The input pipeline is the bottleneck: give it PCT more CPU work, the step
+                # follows. CPU work, not a sleep: on a busy machine a sleeping worker hands its
+                # core to the other worker and the step would hardly slow down.
+                extra = (time.thread_time() - started) * args.slowdown
+                until = time.thread_time() + extra
+                while time.thread_time() < until:
+                    pass
+            return item
+
+        def make(self, index: int) -> tuple[torch.Tensor, int]:
             g = torch.Generator().manual_seed(args.seed * 1_000_003 + index)
             image = torch.rand(1, 3, 64, 64, generator=g)
             for _ in range(self.passes):  # a blur applied many times: CPU work per sample

@@ -151,7 +151,26 @@ def peak_verdict(report: MemoryReport) -> Verdict | None:
     share = largest / p.bytes if p.bytes else 0.0
     return Verdict("activations" if name == "activations" else f"peak-{name}",
                    f"the peak of step {p.step} is {size(p.bytes)}; its largest part is "
-                   f"{label} ({size(largest)}, {share:.0%})", fixes[name])
+                   f"{label} ({size(largest)}, {share:.0%})", _scaled(report, fixes[name]))
+
+
+SMALL_PEAK = 256 * 1024 * 1024  # below this (and a small share of the device) nothing to fix
+ROOMY_SHARE = 0.5  # a peak under half of the device's memory leaves room
+
+
+def _scaled(report: MemoryReport, fix: str) -> str:
+    """The advice as big as what is at stake: none for a small peak, a hint while the device
+    has room, the full fix when the peak nears its memory (or the device is unknown)."""
+    peak = report.peak.bytes if report.peak is not None else 0
+    total = report.allocator.device_total
+    share = peak / total if total else None
+    if peak < SMALL_PEAK and (share is None or share < ROOMY_SHARE):
+        return (f"nothing to do: a {size(peak)} peak is small; if a larger model or batch "
+                f"needs room later: {fix}")
+    if share is not None and share < ROOMY_SHARE:
+        return (f"the peak is {share:.0%} of the device's {size(total)}: room to spare; "
+                f"for a larger batch: {fix}")
+    return fix
 
 
 def verdicts(report: MemoryReport) -> list[Verdict]:

@@ -135,6 +135,7 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
             "workers_cpu_percent": sum(w.cpu_percent or 0.0 for w in p.workers),
             "rss": None if p.rss is None else float(p.rss),
             "gpu_mem": None if p.gpu_mem is None else float(p.gpu_mem),
+            "user": p.user,  # whose job: without GPUs, the report takes the recorder's own
         }
         for name in AGENT_COLUMNS:
             value = agent.get(name)
@@ -233,6 +234,15 @@ class Recorder:
         self._last_flush = now if now is not None else self._last_flush
 
 
+def _user_name() -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return None
+
+
 def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
     return {
         "gputop_version": __version__,
@@ -246,6 +256,7 @@ def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
                   "pcie_gen_max": g.pcie_gen_max, "pcie_width_max": g.pcie_width_max}
                  for g in snap.gpus],
         "snapshot_schema": 1,
+        "user": _user_name(),  # the recorder's user (issue 38: not another user's job)
         # The recorder's own pid: the live rules leave its children (a demo's stand-ins) out
         # of job grouping, and a replay must do the same.
         "pid": os.getpid(),
@@ -289,7 +300,7 @@ NUMERIC = {
 }
 NOT_EMPTY = {"gpus": {"time", "gpu"}, "processes": {"time", "pid", "workers"},
              "host": {"time"}, "findings": {"time"}, "snapshots": {"time", "snapshot"}}
-TEXT = {"gpus": {"name", "uuid", "clock_events"}, "processes": {"name", "command"},
+TEXT = {"gpus": {"name", "uuid", "clock_events"}, "processes": {"name", "command", "user"},
         "host": set(), "findings": {"id", "state", "severity", "title", "evidence"},
         "snapshots": {"snapshot"}}
 # Sample times a calendar can show: from 1970 to the end of year 9999 (time.localtime's range).

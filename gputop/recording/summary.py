@@ -11,6 +11,13 @@ import numpy as np
 import pandas as pd
 
 from gputop.recording.efficiency import add_efficiency, compare_mfu, efficiency_metrics
+from gputop.recording.gate import (
+    clean_intervals,
+    compare_steps,
+    figures_note,
+    mfu_problem,
+    step_intervals,
+)
 from gputop.recording.store import Recording, RecordingError, read_recording
 
 THROTTLE_EVENTS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
@@ -104,6 +111,7 @@ def process_summary(p: pd.DataFrame) -> dict[str, Any]:
         "samples": len(p),
         "cpu_mean": _f(p["cpu_percent"].mean(), 1),
         "workers": int(last["workers"]),
+        "user": last["user"] if "user" in p and isinstance(last["user"], str) else None,
         "steps": None if steps.empty else int(steps.iloc[-1]),
         "throughput_steps_per_s": _f(throughput, 4),
         # The agent reports p50/p95 over a sliding window; the run's figure is the median of
@@ -121,7 +129,7 @@ def summarize(rec: Recording) -> dict[str, Any]:
     if not rec.processes.empty:
         procs = reported_processes(
             [process_summary(p) for _, p in rec.processes.groupby(["pid"], dropna=False)],
-            gpus_recorded=bool(gpus))
+            gpus_recorded=bool(gpus), user=rec.meta.get("user"))
         add_efficiency(procs, rec)  # MFU, goodput, J/step over the recording
     times = pd.concat([rec.gpus.get("time", pd.Series(dtype=float)),
                        rec.host.get("time", pd.Series(dtype=float))])
@@ -130,6 +138,9 @@ def summarize(rec: Recording) -> dict[str, Any]:
         for row in rec.findings.sort_values("time").to_dict("records"):
             findings.append({k: (None if isinstance(v, float) and math.isnan(v) else v)
                              for k, v in row.items()})
+    metrics = benchmark_metrics(rec.meta, gpus, procs, _f(times.max() - times.min(), 1))
+    main = metrics["job"]["pid"] if metrics["job"] else None
+    metrics["step_intervals_s"] = step_intervals(rec.processes, main)  # for the gate
     return {
         "recording": str(rec.path),
         "meta": rec.meta,
@@ -140,18 +151,22 @@ def summarize(rec: Recording) -> dict[str, Any]:
         "processes": procs,
         "findings": findings,
         "jobs": [_job(p, figures=True) for p in training_jobs(procs)],
-        "metrics": benchmark_metrics(rec.meta, gpus, procs, _f(times.max() - times.min(), 1)),
+        "metrics": metrics,
     }
 
 
-def reported_processes(procs: list[dict], gpus_recorded: bool) -> list[dict]:
+def reported_processes(procs: list[dict], gpus_recorded: bool, user: Any = None) -> list[dict]:
     """The processes the report is about. With GPUs recorded, those that ran on them: another
     job on the host with no GPU (a test, another user's CPU run with an agent) is not what
     the recording measures, and must never stand for its job. Without GPUs (no driver), the
     processes whose agent reported steps. A row with nothing to show is left out."""
     if gpus_recorded:
         return [p for p in procs if p["gpus"]]
-    return [p for p in procs if p["steps"] is not None]
+    trainers = [p for p in procs if p["steps"] is not None]
+    # Without GPUs nothing ties a job to the recording but its agent, and root sees every
+    # user's agents: the recorder's own jobs, when it has any, are the ones it measures.
+    own = [p for p in trainers if isinstance(user, str) and p.get("user") == user]
+    return own or trainers
 
 
 def process_rows(rec: Recording, summary: dict[str, Any]) -> pd.DataFrame:
@@ -251,8 +266,27 @@ def parse_regression(text: str) -> float:
 
 
 def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool, str]:
-    """(regressed, one-line reason) for throughput, MFU (when both have it) and p95 step time
-    against a baseline."""
+    """(regressed, one-line reason) against a baseline: the step-time distributions with their
+    spread (gputop.recording.gate), and MFU when both have it; with too few step times, the
+    single figures (throughput, p95 step time) against ``max_regression``."""
+    steps = compare_steps(clean_intervals(current.get("step_intervals_s")),
+                          clean_intervals(baseline.get("step_intervals_s")), max_regression)
+    if steps is not None:
+        if current.get("throughput_steps_per_s") is None:
+            raise RecordingError("no throughput to compare (record a job started with "
+                                 "`gputop run` so its agent reports steps)")
+        # MFU follows the step rate (same FLOPs per step), so the step test decides; MFU and
+        # the single figures are shown, not gated on (they carry the noise the test weighs).
+        regressed, text = steps
+        _, mfu_notes = compare_mfu(current, baseline, math.inf)
+        mfu = mfu_problem(current, baseline, max_regression, mfu_notes[0]) if mfu_notes else None
+        problems = [p for p in (mfu, text if regressed else None) if p]
+        notes = ([] if regressed else [text]) + ([] if mfu else mfu_notes) \
+            + [figures_note(current, baseline)]
+        limit = f"fails when p<0.01 and the median rose by over {max_regression * 100:g}%"
+        if problems:
+            return True, f"regression: {'; '.join(filter(None, problems))} ({limit})"
+        return False, f"no regression: {'; '.join(filter(None, notes))} ({limit})"
     problems, notes = [], []
     cur_t, base_t = current.get("throughput_steps_per_s"), baseline.get("throughput_steps_per_s")
     if cur_t is None or base_t is None or base_t <= 0:
@@ -269,7 +303,7 @@ def compare(current: dict, baseline: dict, max_regression: float) -> tuple[bool,
         change = cur_p / base_p - 1
         text = f"p95 step time {cur_p * 1000:.1f} vs {base_p * 1000:.1f} ms ({change * 100:+.1f}%)"
         (problems if change > max_regression else notes).append(text)
-    limit = f"limit {max_regression * 100:g}%"
+    limit = f"limit {max_regression * 100:g}%; too few step times for the distribution test"
     if problems:
         return True, f"regression: {'; '.join(problems)} ({limit})"
     return False, f"no regression: {'; '.join(notes)} ({limit})"

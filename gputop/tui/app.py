@@ -92,8 +92,17 @@ class GputopApp(App[int]):
         if action in self.REPLAY_ONLY:
             # Not while typing in the filter box: its cursor takes the arrow keys.
             return replaying and self.focused is not self._filter_box()
-        if action in self.LIVE_ONLY and replaying:
+        # LIVE_ONLY actions stay enabled while replaying: each says why it cannot act
+        # (_replay_refuses), rather than a key that silently does nothing.
+        return True
+
+    def _replay_refuses(self, what: str) -> bool:
+        """True (and a notification saying why) when this is a recording played back."""
+        if not isinstance(self.feed, ReplayFeed):
             return False
+        self.notify(f"{what}: this is a recording played back, its processes are not running "
+                    "here (run `gputop` on the live machine for that)", severity="warning",
+                    timeout=6, markup=False)
         return True
 
     def __init__(
@@ -520,12 +529,16 @@ class GputopApp(App[int]):
 
     def action_signal_process(self) -> None:
         """`k`: SIGTERM to the selected process, once confirmed."""
+        if self._replay_refuses("cannot signal a process"):
+            return
         ask_and_signal(self, self.table.selected_row())
 
     # -- captures: the controller beside the App runs them (tui/captures.py) ------------------
 
     def action_request_capture(self) -> None:
         """`p`: capture the selected process (every rank, on a job row) and diagnose it."""
+        if self._replay_refuses("cannot capture (p)"):
+            return
         row = self.table.selected_row()
         if row is not None and row.job is not None:  # the job row: every rank
             self.capture.request(row.pid, row.job)
@@ -537,6 +550,8 @@ class GputopApp(App[int]):
     def action_memory_capture(self) -> None:
         """`m`: where the selected training process's memory goes (its agent's memory
         capture: growth by source line, the peak's parts, reserved versus allocated)."""
+        if self._replay_refuses("cannot capture memory (m)"):
+            return
         pid = self._selected_pid(training=True)
         if pid is not None:
             self.capture.memory(pid)
@@ -544,6 +559,8 @@ class GputopApp(App[int]):
     def action_count_flops(self) -> None:
         """`F`: count the FLOPs of the selected process's next step again; on a job row, of
         every rank."""
+        if self._replay_refuses("cannot count FLOPs (F)"):
+            return
         row = self.table.selected_row()
         if row is not None and row.job is not None:
             job = next((j for j in jobs_in(self.frame.snapshot) if j.job_id == row.job), None) \

@@ -46,8 +46,11 @@ class ReplayFeed(Feed):
 
     @property
     def position(self) -> str:
-        """"12/300": the sample on screen, 1-based, of how many."""
-        return f"{max(self.index, 0) + 1}/{len(self.snapshots)}"
+        """"12/300": the sample on screen, 1-based, of how many; "300/300 END" at the last
+        sample (the recording's end: nothing comes after it)."""
+        shown = max(self.index, 0) + 1
+        end = " END" if shown == len(self.snapshots) else ""
+        return f"{shown}/{len(self.snapshots)}{end}"
 
     def set_paused(self, paused: bool) -> None:
         self.paused = paused

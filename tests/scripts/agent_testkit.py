@@ -34,8 +34,10 @@ def private_agent_world(captures: Path, **extra: str) -> Iterator[tuple[dict[str
     """A private socket dir and capture dir, set for this process too (the client reads them), and the
     job environment that uses them; both are restored and the socket dir removed afterwards."""
     runtime = private_runtime_dir()
-    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR")}
+    saved = {k: os.environ.get(k)
+             for k in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR", "GPUTOP_SOCKET_DIR")}
     os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    os.environ["GPUTOP_SOCKET_DIR"] = str(runtime / "gputop")  # the discovery scope, narrowed
     os.environ["GPUTOP_CAPTURE_DIR"] = str(captures)
     try:
         yield agent_env(runtime, captures, **extra), runtime
@@ -51,6 +53,7 @@ def private_agent_world(captures: Path, **extra: str) -> Iterator[tuple[dict[str
 def agent_env(runtime: Path, captures: Path, **extra: str) -> dict[str, str]:
     env = cli_env(
         XDG_RUNTIME_DIR=str(runtime),
+        GPUTOP_SOCKET_DIR=str(runtime / "gputop"),
         GPUTOP_CAPTURE_DIR=str(captures),
         XDG_STATE_HOME=str(captures.parent / "state"),
         PYTHONUNBUFFERED="1",

@@ -1,0 +1,53 @@
+"""`gputop --demo fleet`: the fleet screen on simulated nodes, without ssh (issue 38).
+
+Each "node" is a local `gputop --demo SCENARIO stream` started directly (no ssh, no sshd),
+with a scenario of its own, so a newcomer sees what `gputop --hosts a,b,c` shows: several
+nodes, their GPUs and findings side by side. Everything else (the screen, `watch --hosts`'s
+lines, a node that ends) is the real fleet code: only the transport is local.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+
+from gputop.fleet.ssh import SshSettings
+
+SCENARIO = "fleet"
+# node name -> the scenario it simulates: different problems, light stand-ins (no torch).
+NODES = {
+    "node01": "healthy",
+    "node02": "throttled",
+    "node03": "memory-leak",
+    "node04": "host-sync",
+}
+_GPUTOP = "__gputop__"  # stands for the node's gputop in the command the fleet builds
+
+
+@dataclass(frozen=True)
+class LocalNodes(SshSettings):
+    """SshSettings whose "ssh" runs the node's gputop here, with the node's scenario."""
+
+    remote_gputop: str = _GPUTOP
+
+    def ssh_argv(self, host: str, remote_command: str) -> list[str]:
+        scenario = NODES.get(host, "healthy")
+        gputop = " ".join(shlex.quote(w) for w in
+                          (sys.executable, "-m", "gputop", "--demo", scenario))
+        return ["sh", "-c", "exec " + remote_command.replace(_GPUTOP, gputop, 1)]
+
+
+def requested(args) -> bool:
+    return getattr(args, "demo", None) == SCENARIO
+
+
+def targets_and_settings(args) -> tuple[list[str], SshSettings]:
+    """The simulated nodes and their local transport; --interval and --seed go to each."""
+    passthrough: list[str] = []
+    interval = getattr(args, "interval", None)
+    if interval is not None:
+        passthrough += ["--interval", f"{interval:g}"]
+    if getattr(args, "seed", 0):
+        passthrough += ["--seed", str(args.seed)]
+    return list(NODES), LocalNodes(passthrough=tuple(passthrough))
