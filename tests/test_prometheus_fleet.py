@@ -67,7 +67,7 @@ def cluster(tmp_path_factory, share_process):
         url = f"http://127.0.0.1:{prom_port}"
         wait_for(lambda: answers(f"{url}/-/ready") or prom.poll() is not None, timeout=SLOW)
         assert prom.poll() is None, prom.stderr.read()
-        state = {"prom": prom, "args": args, "url": url}
+        state = {"prom": prom, "args": args, "url": url, "share": share_process}
         yield state
         started.append(state["prom"])
     finally:
@@ -115,36 +115,6 @@ def test_watch_prints_every_nodes_findings_and_the_two_node_job(cluster):
     assert all(f["host"] == socket.gethostname() for f in own)
 
 
-def test_prometheus_stopped_mid_run_one_line_then_recovery(cluster):
-    """Acceptance 4: the server stops: one line, no traceback; back: one line, data again."""
-    proc = watch(cluster["url"], "--duration", "90")
-    seen: list[dict] = []
-
-    def line_with(pred) -> dict | None:
-        while True:
-            text = proc.stdout.readline()
-            if not text:
-                return None
-            seen.append(json.loads(text))
-            if pred(seen[-1]):
-                return seen[-1]
-
-    try:
-        assert line_with(lambda x: x.get("kind") == "job") is not None
-        end_popen(cluster["prom"])
-        down = line_with(lambda x: x.get("kind") == "prometheus")
-        assert down is not None and down["state"] == "down", seen
-        assert "Connection refused" in down["reason"] or "timed out" in down["reason"]
-        cluster["prom"] = start_prometheus(*cluster["args"])
-        up = line_with(lambda x: x.get("kind") == "prometheus")
-        assert up is not None and up["state"] == "up", seen
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=SLOW)
-    assert "Traceback" not in err
-    assert sum(1 for x in seen if x.get("kind") == "prometheus") == 2  # one line each way
-
-
 def test_fleet_screen_in_tmux_jobs_wasters_first_enter_shows_nodes(cluster, terminal):  # noqa: F811
     """Acceptance 3: the jobs, the idle pod's first; Enter: its node; Enter: its GPUs."""
     wait_for(lambda: answers(f"{cluster['url']}/-/ready"), timeout=SLOW)
@@ -168,3 +138,33 @@ def test_fleet_screen_in_tmux_jobs_wasters_first_enter_shows_nodes(cluster, term
     term.keys("q")
     term.keys("q")
     wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW, interval=0.5)
+
+
+def test_prometheus_stopped_mid_run_one_line_then_recovery(cluster):
+    """Acceptance 4: the server stops: one line, no traceback; back: one line, data again."""
+    proc = watch(cluster["url"], "--duration", "90")
+    seen: list[dict] = []
+
+    def line_with(pred) -> dict | None:
+        while True:
+            text = proc.stdout.readline()
+            if not text:
+                return None
+            seen.append(json.loads(text))
+            if pred(seen[-1]):
+                return seen[-1]
+
+    try:
+        assert line_with(lambda x: x.get("kind") == "job") is not None
+        end_popen(cluster["prom"])
+        down = line_with(lambda x: x.get("kind") == "prometheus")
+        assert down is not None and down["state"] == "down", seen
+        assert "Connection refused" in down["reason"] or "timed out" in down["reason"]
+        cluster["prom"] = cluster["share"](start_prometheus(*cluster["args"]))
+        up = line_with(lambda x: x.get("kind") == "prometheus")
+        assert up is not None and up["state"] == "up", seen
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=SLOW)
+    assert "Traceback" not in err
+    assert sum(1 for x in seen if x.get("kind") == "prometheus") == 2  # one line each way
