@@ -133,7 +133,8 @@ def test_fleet_screen_in_tmux_jobs_wasters_first_enter_shows_nodes(cluster, term
     wait_for(lambda: "node-c" in term.capture() and "job pod:ml/train-idle" in term.capture(),
              timeout=SLOW, interval=0.5)
     term.keys("Enter")
-    wait_for(lambda: "node-c GPU 1" in term.capture(), timeout=SLOW, interval=0.5)
+    wait_for(lambda: "node-c GPU 1" in term.capture() and "▁" in term.capture(),
+             timeout=SLOW, interval=0.5)
     term.keys("q")
     term.keys("q")
     term.keys("q")

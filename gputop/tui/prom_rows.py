@@ -68,7 +68,8 @@ def job_rows(jobs: list[JobView], width: int, dim: bool) -> list[FleetRow]:
 
 def job_title(job: JobView, width: int) -> Text:
     text = Text(f" job {job.key}", style="bold")
-    text.append(f" · {len(job.nodes)} nodes · {len(job.gpus)} GPUs · util "
+    nodes = f"{len(job.nodes)} node" + ("s" if len(job.nodes) != 1 else "")
+    text.append(f" · {nodes} · {len(job.gpus)} GPUs · util "
                 f"{pct(job.util_mean)} mean, {pct(job.util_worst)} worst · "
                 f"{job.wasted_gpu_h:.2f} GPU-h wasted in the last hour")
     if job.labels:
@@ -148,5 +149,5 @@ def _gpu_text(node: NodeView, g: GpuView, chart: dict, width: int, dim: bool) ->
 
 def note_rows(notes: list[str], width: int) -> list[FleetRow]:
     return [FleetRow((f"note-{i}", None), "", None,
-                     Text(truncate(f"not assessed: {n}", width), style="dim"))
+                     Text(truncate(f"coverage: {n}", width), style="dim"))
             for i, n in enumerate(notes)]
