@@ -169,3 +169,15 @@ def test_prometheus_stopped_mid_run_one_line_then_recovery(cluster):
         _, err = proc.communicate(timeout=SLOW)
     assert "Traceback" not in err
     assert sum(1 for x in seen if x.get("kind") == "prometheus") == 2  # one line each way
+
+
+def test_job_rules_pass_promtool():
+    """deploy/: the job recording rules and their alert, checked and unit-tested."""
+    prometheus_or_skip()
+    rules = REPO / "deploy" / "prometheus"
+    check = subprocess.run(["promtool", "check", "rules", "gputop-jobs.yml"], cwd=rules,
+                           capture_output=True, text=True, timeout=SLOW)
+    assert check.returncode == 0, check.stdout + check.stderr
+    unit = subprocess.run(["promtool", "test", "rules", "gputop-jobs.test.yml"], cwd=rules,
+                          capture_output=True, text=True, timeout=SLOW)
+    assert unit.returncode == 0, unit.stdout + unit.stderr

@@ -44,8 +44,10 @@ class FleetState:
 
 class PromFleetMonitor:
     def __init__(self, client: PromClient, filters: Filters | None = None,
-                 interval: float = 1.0, on_change: Callable[[], None] | None = None) -> None:
+                 interval: float = 1.0, on_change: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.client = client
+        self.clock = clock  # wall time of "now" (a benchmark replays a stored day)
         self.filters = filters or Filters()
         self.interval = interval
         self.on_change = on_change
@@ -119,7 +121,7 @@ class PromFleetMonitor:
 
     def _refresh(self, scrape_s: float, refresh: float) -> FleetState:
         wall0, cpu0 = time.monotonic(), time.process_time()
-        now = time.time()
+        now = self.clock()
         end = math.floor(now / scrape_s) * scrape_s
         if self._last_end is None:
             start = end - max(WARMUP_S, 3 * scrape_s)
@@ -154,7 +156,7 @@ class PromFleetMonitor:
         from gputop.promfleet.client import quote
 
         sel = "{" + f"instance={quote(instance)}, " + self.filters.selector()[1:]
-        end = time.time()
+        end = self.clock()
         start = end - 1800
         step = max(self._scrape_s or DEFAULT_SCRAPE_S, (end - start) / 240)
         out: dict[int, dict[str, list[tuple[float, float]]]] = {}
