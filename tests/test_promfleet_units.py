@@ -129,3 +129,20 @@ def test_pod_owner_and_durations():
     assert pod_owner("plain") == "plain"
     assert parse_duration("1m30s") == 90 and parse_duration("15s") == 15
     assert parse_duration("bogus") is None
+
+
+def test_promfleet_never_imports_textual():
+    """`watch --prometheus` draws nothing: the package stays importable without Textual."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, cli_env
+
+    code = ("import importlib, pkgutil, sys, gputop.promfleet as p\n"
+            "for i in pkgutil.walk_packages(p.__path__, 'gputop.promfleet.'):\n"
+            "    importlib.import_module(i.name)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=cli_env(), cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
