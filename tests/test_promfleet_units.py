@@ -101,7 +101,7 @@ def test_label_values_from_the_store_are_escaped(server):
     def answer_for(path: str) -> bytes:
         if path.startswith("/api/v1/query_range"):
             return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
-                {"metric": {**labels, "f": "util_gpu"}, "values": [[1, "5"]]}]}}).encode()
+                {"metric": {**labels, "__name__": "DCGM_FI_DEV_GPU_UTIL"}, "values": [[1, "5"]]}]}}).encode()
         return vector([{"metric": labels, "value": [1, "1"]}])
 
     answer = server(answer_for)

@@ -78,6 +78,7 @@ class NodeDiagnosis:
         self.last_time: float | None = None
         self.refs: dict[int, GpuRef] = {}
         self.xid: dict[int, int] = {}  # GPU -> its last XID (non-zero)
+        self._procs: dict[int, tuple[tuple, tuple[ProcSample, ...]]] = {}
 
     def feed(self, refs: dict[int, GpuRef],
              series: dict[int, dict[str, list[tuple[float, float]]]]) -> None:
@@ -121,14 +122,7 @@ class NodeDiagnosis:
             procs: tuple[ProcSample, ...] = ()
             held = owner_text(ref.labels)
             if held or (used and total and used >= HELD_SHARE * total):
-                procs = (ProcSample(
-                    pid=0, name=held or "unknown workload", visible=False,
-                    gpu_mem=int(used) if used is not None else None,
-                    owner=Owner(pod=ref.labels.get("pod"),
-                                namespace=ref.labels.get("namespace"),
-                                container=ref.labels.get("container"),
-                                slurm_job=ref.labels.get("hpc_job")),
-                    hidden="DCGM names the workload, not its processes"),)
+                procs = self._held(index, ref, held, used)
             ecc = get("ecc_volatile")
             gpus.append(GpuSample(
                 index=index, uuid=ref.uuid, name=ref.model,
@@ -146,6 +140,24 @@ class NodeDiagnosis:
                 dram_active=get("dram_active"), processes=procs))
         return Snapshot(time=t, host=HostSample(hostname=self.host),
                         driver=DriverInfo(available=True), gpus=tuple(gpus))
+
+    def _held(self, index: int, ref: GpuRef, held: str, used: float | None
+              ) -> tuple[ProcSample, ...]:
+        """The workload as one process the host cannot see; the same object while nothing
+        about it changes (a window holds many samples of a GPU: they share it)."""
+        gpu_mem = int(used) if used is not None else None
+        key = (held, gpu_mem, tuple(sorted(ref.labels.items())))
+        cached = self._procs.get(index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        procs = (ProcSample(
+            pid=0, name=held or "unknown workload", visible=False, gpu_mem=gpu_mem,
+            owner=Owner(pod=ref.labels.get("pod"), namespace=ref.labels.get("namespace"),
+                        container=ref.labels.get("container"),
+                        slurm_job=ref.labels.get("hpc_job")),
+            hidden="DCGM names the workload, not its processes"),)
+        self._procs[index] = (key, procs)
+        return procs
 
     def findings(self) -> list[Finding]:
         """The active findings, each naming the workload that holds its GPU."""

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from gputop.promfleet.client import PromClient, PromError
 from gputop.promfleet.diagnose import NodeDiagnosis
 from gputop.promfleet.jobs import JobView, NodeView, build_jobs, build_nodes
-from gputop.promfleet.sources import FIELDS, Filters, fetch
+from gputop.promfleet.sources import Filters, fetch
+
+# A node's charts: utilization (%) and memory used (bytes), from either exporter.
+CHARTS = {
+    "util_gpu": ("DCGM_FI_DEV_GPU_UTIL{s}", "gputop_gpu_utilization_percent{s}"),
+    "mem_used": ("DCGM_FI_DEV_FB_USED{s} * 1048576", "gputop_gpu_memory_used_bytes{s}"),
+}
 
 WARMUP_S = 120.0  # history read at start: the hang rule's minute and the rules' windows
 CATCH_UP_MAX_S = 600.0  # after an outage, at most this much history is read back
@@ -161,9 +167,8 @@ class PromFleetMonitor:
         step = max(self._scrape_s or DEFAULT_SCRAPE_S, (end - start) / 240)
         out: dict[int, dict[str, list[tuple[float, float]]]] = {}
         try:
-            for name in ("util_gpu", "mem_used"):
-                dcgm, ours = FIELDS[name]
-                expr = " or ".join(f"max by (gpu) ({e.format(s=sel)})" for e in (dcgm, ours))
+            for name, exprs in CHARTS.items():
+                expr = " or ".join(f"max by (gpu) ({e.format(s=sel)})" for e in exprs)
                 for item in self.client.query_range(expr, start, end, step):
                     try:
                         gpu = int(item["metric"]["gpu"])

@@ -7,10 +7,10 @@ only NVIDIA's dcgm-exporter (``DCGM_FI_*`` fields with its ``Hostname``/``hostna
 ``namespace``, ``container`` and ``hpc_job`` labels). A node is its scrape target
 (``instance``); its name is the exporter's host name where one is given.
 
-Per refresh:
-1. one range query for every GPU field of both sources (each field aggregated to
-   ``(instance, gpu)`` and tagged with a ``f`` label, all joined with ``or``): the bytes stay
-   ~100 per GPU per field per sample, whatever labels the exporters add;
+Per refresh (nine queries, sent together):
+1. one range query per source for every GPU field (each metric aggregated to its
+   ``(__name__, instance, gpu)``): the bytes stay ~100 per GPU per field per sample, whatever
+   labels the exporters add;
 2. the inventory (two instant queries, one per source): each GPU's owner labels, model, UUID;
 3. the exporters' host names, the active findings and the job series (three instant queries);
 4. each GPU's utilization over the last hour and how much of the hour it was seen (one query),
@@ -21,7 +21,9 @@ as query text (filters are quoted by ``client.quote``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,32 +43,45 @@ CLOCK_EVENT_BITS = {
     "display_clocks": 0x100,
 }
 
-# field -> (dcgm-exporter expression, gputop exporter expression); ``{s}`` is the selector.
-# Units become GpuSample's: bytes, %, W, MHz, MB/s, 0-100 activities.
-FIELDS: dict[str, tuple[str, str]] = {
-    "util_gpu": ("DCGM_FI_DEV_GPU_UTIL{s}", "gputop_gpu_utilization_percent{s}"),
-    "util_mem": ("DCGM_FI_DEV_MEM_COPY_UTIL{s}", "gputop_gpu_memory_copy_utilization_percent{s}"),
-    "mem_used": ("DCGM_FI_DEV_FB_USED{s} * 1048576", "gputop_gpu_memory_used_bytes{s}"),
-    "mem_total": ("(DCGM_FI_DEV_FB_USED{s} + DCGM_FI_DEV_FB_FREE{s}) * 1048576",
-                  "gputop_gpu_memory_total_bytes{s}"),
-    "power_w": ("DCGM_FI_DEV_POWER_USAGE{s}", "gputop_gpu_power_usage_watts{s}"),
-    "power_limit_w": ("DCGM_FI_DEV_POWER_MGMT_LIMIT{s}", "gputop_gpu_power_limit_watts{s}"),
-    "temperature_c": ("DCGM_FI_DEV_GPU_TEMP{s}", "gputop_gpu_temperature_celsius{s}"),
-    "sm_clock_mhz": ("DCGM_FI_DEV_SM_CLOCK{s}", "gputop_gpu_sm_clock_mhz{s}"),
-    "sm_clock_max_mhz": ("DCGM_FI_DEV_MAX_SM_CLOCK{s}", ""),
-    "sm_active": ("DCGM_FI_PROF_SM_ACTIVE{s} * 100", "gputop_gpu_sm_active_ratio{s} * 100"),
-    "tensor_active": ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{s} * 100",
-                      "gputop_gpu_tensor_active_ratio{s} * 100"),
-    "dram_active": ("DCGM_FI_PROF_DRAM_ACTIVE{s} * 100", "gputop_gpu_dram_active_ratio{s} * 100"),
-    "pcie_rx_mbs": ("DCGM_FI_PROF_PCIE_RX_BYTES{s} / 1e6",
-                    "gputop_gpu_pcie_rx_bytes_per_second{s} / 1e6"),
-    "pcie_tx_mbs": ("DCGM_FI_PROF_PCIE_TX_BYTES{s} / 1e6",
-                    "gputop_gpu_pcie_tx_bytes_per_second{s} / 1e6"),
-    "clock_events": ("(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{s} or "
-                     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS{s})", "gputop_gpu_clocks_event_reasons{s}"),
-    "ecc_volatile": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{s}", "gputop_gpu_ecc_volatile_errors{s}"),
-    "xid": ("DCGM_FI_DEV_XID_ERRORS{s}", ""),
+# metric -> (GpuSample field, scale to its unit: bytes, %, W, MHz, MB/s, 0-100 activities).
+DCGM_FIELDS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("util_gpu", 1.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_mem", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("mem_used", MIB),
+    "DCGM_FI_DEV_FB_FREE": ("fb_free", MIB),  # total = used + free
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MAX_SM_CLOCK": ("sm_clock_max_mhz", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 100.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 100.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 100.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_mbs", 1e-6),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_mbs", 1e-6),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_events", 1.0),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_events", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_volatile", 1.0),
+    "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0),
 }
+GPUTOP_FIELDS: dict[str, tuple[str, float]] = {
+    "gputop_gpu_utilization_percent": ("util_gpu", 1.0),
+    "gputop_gpu_memory_copy_utilization_percent": ("util_mem", 1.0),
+    "gputop_gpu_memory_used_bytes": ("mem_used", 1.0),
+    "gputop_gpu_memory_total_bytes": ("mem_total", 1.0),
+    "gputop_gpu_power_usage_watts": ("power_w", 1.0),
+    "gputop_gpu_power_limit_watts": ("power_limit_w", 1.0),
+    "gputop_gpu_temperature_celsius": ("temperature_c", 1.0),
+    "gputop_gpu_sm_clock_mhz": ("sm_clock_mhz", 1.0),
+    "gputop_gpu_sm_active_ratio": ("sm_active", 100.0),
+    "gputop_gpu_tensor_active_ratio": ("tensor_active", 100.0),
+    "gputop_gpu_dram_active_ratio": ("dram_active", 100.0),
+    "gputop_gpu_pcie_rx_bytes_per_second": ("pcie_rx_mbs", 1e-6),
+    "gputop_gpu_pcie_tx_bytes_per_second": ("pcie_tx_mbs", 1e-6),
+    "gputop_gpu_clocks_event_reasons": ("clock_events", 1.0),
+    "gputop_gpu_ecc_volatile_errors": ("ecc_volatile", 1.0),
+}
+FIELDS = {**DCGM_FIELDS, **GPUTOP_FIELDS}
 # The job series of gputop's exporter (per GPU and rank; the step time at its median).
 JOB_SERIES = {
     "gputop_job_step_time_seconds": "step_time_s",
@@ -138,13 +153,12 @@ class FleetData:
     bytes: int = 0
 
 
-def fields_query(sel: str) -> str:
-    parts = []
-    for name, (dcgm, ours) in FIELDS.items():
-        exprs = [e.format(s=sel) for e in (dcgm, ours) if e]
-        inner = " or ".join(f"max by (instance, gpu) ({e})" for e in exprs)
-        parts.append(f'label_replace({inner}, "f", "{name}", "", "")')
-    return " or ".join(parts)
+def fields_query(names: dict[str, tuple[str, float]], sel: str) -> str:
+    """Every field of one source in one query: each metric aggregated to its GPU (its name
+    kept), so an answer carries ~60 bytes of labels per GPU and field whatever the exporter
+    adds. The names are ours (constants), the selector's values quoted."""
+    pattern = "|".join(names)
+    return f'max by (__name__, instance, gpu) ({{__name__=~"{pattern}", {sel[1:]})'
 
 
 def inventory_query(metric: str, sel: str, extra: tuple[str, ...]) -> str:
@@ -169,21 +183,51 @@ def _gpu_index(metric: dict) -> int | None:
 
 def _label(metric: dict, name: str, limit: int = 120) -> str:
     value = metric.get(name)
-    return one_line(value, limit) if isinstance(value, str) and value else ""
+    return _shown(value, limit) if isinstance(value, str) and value else ""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shown(value: str, limit: int) -> str:
+    """A label value escaped for the screen; the same instance and GPU labels come back in
+    every answer, so each is escaped once."""
+    return one_line(value, limit)
+
+
+PARALLEL = 4  # queries in flight at once: the server evaluates them side by side
 
 
 def fetch(client: PromClient, start: float, end: float, step: float,
           filters: Filters | None = None) -> FleetData:
-    """Every answer of one refresh (raises PromError, one line)."""
+    """Every answer of one refresh (raises PromError, one line). The queries go out together
+    (they do not depend on each other) and are read in order."""
     filters = filters or Filters()
     sel = filters.selector()
     queries, received = client.queries, client.bytes
     data = FleetData(end=end, sample_s=step)
     extra = filters.names()
+    asks = {
+        "dcgm": (client.query, inventory_query("DCGM_FI_DEV_FB_USED", sel, extra), end),
+        "gputop": (client.query, inventory_query("gputop_gpu_memory_total_bytes", sel, extra),
+                   end),
+        "hosts": (client.query, "group by (instance, hostname) (gputop_info)", end),
+        "dcgm_fields": (client.query_range, fields_query(DCGM_FIELDS, sel), start, end, step),
+        "gputop_fields": (client.query_range, fields_query(GPUTOP_FIELDS, sel), start, end,
+                          step),
+        "findings": (client.query, "gputop_finding_active == 1", end),
+        "jobs": (client.query, job_query(), end),
+        "avg": (client.query, waste_query(sel, "avg_over_time"), end),
+        "count": (client.query, waste_query(sel, "count_over_time"), end),
+    }
+    with ThreadPoolExecutor(PARALLEL, thread_name_prefix="gputop-prom") as pool:
+        pending = {name: pool.submit(call, *args) for name, (call, *args) in asks.items()}
+        try:
+            answers = {name: future.result() for name, future in pending.items()}
+        finally:
+            for future in pending.values():
+                future.cancel()
     # The inventory first: a GPU not in it (filtered out, or gone) is not shown.
-    for source, metric in (("dcgm", "DCGM_FI_DEV_FB_USED"),
-                           ("gputop", "gputop_gpu_memory_total_bytes")):
-        for item in client.query(inventory_query(metric, sel, extra), at=end):
+    for source in ("dcgm", "gputop"):
+        for item in answers[source]:
             m = item.get("metric") if isinstance(item, dict) else None
             if not isinstance(m, dict):
                 continue
@@ -196,39 +240,24 @@ def fetch(client: PromClient, start: float, end: float, step: float,
                 host=_label(m, "Hostname") or _label(m, "hostname"),
                 model=_label(m, "modelName") or None, uuid=_label(m, "UUID") or None,
                 labels=labels)
-    instances = {key[0] for key in data.gpus}
-    for item in client.query("group by (instance, hostname) (gputop_info)", at=end):
+    by_instance: dict[str, list[GpuRef]] = {}
+    for ref in data.gpus.values():
+        by_instance.setdefault(ref.instance, []).append(ref)
+    instances = set(by_instance)
+    for item in answers["hosts"]:
         m = item.get("metric") if isinstance(item, dict) else None
-        if isinstance(m, dict) and _label(m, "instance", 200) in instances:
-            host = _label(m, "hostname")
-            for key, ref in data.gpus.items():
-                if key[0] == m["instance"] and host:
-                    ref.host = host
+        host = _label(m, "hostname") if isinstance(m, dict) else ""
+        for ref in by_instance.get(_label(m, "instance", 200), ()) if host else ():
+            ref.host = host
     if data.gpus:
-        for item in client.query_range(fields_query(sel), start, end, step):
-            m = item.get("metric") if isinstance(item, dict) else None
-            values = item.get("values") if isinstance(item, dict) else None
-            if not isinstance(m, dict) or not isinstance(values, list):
-                continue
-            key = (_label(m, "instance", 200), _gpu_index(m))
-            name = m.get("f")
-            if key not in data.gpus or name not in FIELDS:
-                continue
-            points = []
-            for pair in values:
-                if isinstance(pair, list) and len(pair) == 2:
-                    t, v = number(pair[0]), number(pair[1])
-                    if t is not None and v is not None:
-                        points.append((t, v))
-            data.series.setdefault(key, {})[name] = points  # type: ignore[index]
-        _findings(client, data, instances, end)
-        _jobs(client, data, end)
+        _fields(answers["dcgm_fields"], data)
+        _fields(answers["gputop_fields"], data)
+        _findings(answers["findings"], data, instances)
+        _jobs(answers["jobs"], data)
         avg = {(_label(i["metric"], "instance", 200), _gpu_index(i["metric"])): number(
-            i["value"][1]) for i in client.query(waste_query(sel, "avg_over_time"), at=end)
-            if _ok_instant(i)}
+            i["value"][1]) for i in answers["avg"] if _ok_instant(i)}
         count = {(_label(i["metric"], "instance", 200), _gpu_index(i["metric"])): number(
-            i["value"][1]) for i in client.query(waste_query(sel, "count_over_time"), at=end)
-            if _ok_instant(i)}
+            i["value"][1]) for i in answers["count"] if _ok_instant(i)}
         for key, util in avg.items():
             seen = count.get(key)
             if key in data.gpus and util is not None and seen is not None:
@@ -238,13 +267,39 @@ def fetch(client: PromClient, start: float, end: float, step: float,
     return data
 
 
+def _fields(result: list[dict], data: FleetData) -> None:
+    for item in result:
+        m = item.get("metric") if isinstance(item, dict) else None
+        values = item.get("values") if isinstance(item, dict) else None
+        if not isinstance(m, dict) or not isinstance(values, list):
+            continue
+        key = (_label(m, "instance", 200), _gpu_index(m))
+        found = FIELDS.get(str(m.get("__name__")))
+        if key not in data.gpus or found is None:
+            continue
+        name, scale = found
+        points = []
+        for pair in values:
+            if isinstance(pair, list) and len(pair) == 2:
+                t, v = number(pair[0]), number(pair[1])
+                if t is not None and v is not None:
+                    points.append((t, v * scale))
+        fields = data.series.setdefault(key, {})  # type: ignore[arg-type]
+        fields[name] = points
+    for fields in data.series.values():  # dcgm: the total is used + free
+        free = fields.pop("fb_free", None)
+        used = dict(fields.get("mem_used", ()))
+        if free and used and "mem_total" not in fields:
+            fields["mem_total"] = [(t, used[t] + v) for t, v in free if t in used]
+
+
 def _ok_instant(item: Any) -> bool:
     return (isinstance(item, dict) and isinstance(item.get("metric"), dict)
             and isinstance(item.get("value"), list) and len(item["value"]) == 2)
 
 
-def _findings(client: PromClient, data: FleetData, instances: set[str], end: float) -> None:
-    for item in client.query("gputop_finding_active == 1", at=end):
+def _findings(result: list[dict], data: FleetData, instances: set[str]) -> None:
+    for item in result:
         if not _ok_instant(item):
             continue
         m = item["metric"]
@@ -259,10 +314,13 @@ def _findings(client: PromClient, data: FleetData, instances: set[str], end: flo
             data.findings[instance].pop()
 
 
-def _jobs(client: PromClient, data: FleetData, end: float) -> None:
+def job_query() -> str:
     names = "|".join(JOB_SERIES)
-    expr = f'{{__name__=~"{names}", quantile=~"0.5|"}}'
-    for item in client.query(expr, at=end):
+    return f'{{__name__=~"{names}", quantile=~"0.5|"}}'
+
+
+def _jobs(result: list[dict], data: FleetData) -> None:
+    for item in result:
         if not _ok_instant(item):
             continue
         m = item["metric"]
