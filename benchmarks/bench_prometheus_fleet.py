@@ -85,7 +85,7 @@ def plan(nodes: int) -> list[tuple[str, str, list[float]]]:
         for g in range(GPUS):
             util = [max(0.0, min(100.0, base + ((k * 7 + g) % 9) - 4)) if base else 0.0
                     for k in range(12)]
-            used = 20000 + base * 600
+            used = 20000 + base * 400  # MiB: 20-58 GiB of 80
             owner = f'hpc_job="{job}"'
             if dcgm:
                 labels = (f'gpu="{g}",UUID="GPU-{i:04d}-{g}",modelName="{MODEL}",'

@@ -9,6 +9,7 @@ event loop never waits on a query: it reads ``state()``, an immutable snapshot.
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
@@ -134,6 +135,19 @@ class PromFleetMonitor:
         else:
             start = max(self._last_end + scrape_s, end - CATCH_UP_MAX_S)
             start = min(start, end)
+        # No cyclic collection while a refresh makes ~10 objects per GPU and field: the
+        # collector would walk every window kept, again and again (its cost grew with the
+        # fleet's square); what a refresh leaves is collected once it is done.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._read(now, end, start, scrape_s, refresh, wall0, cpu0)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _read(self, now: float, end: float, start: float, scrape_s: float, refresh: float,
+              wall0: float, cpu0: float) -> FleetState:
         data = fetch(self.client, start, end, scrape_s, self.filters)
         self._last_end = end
         by_node: dict[str, tuple[dict, dict]] = {}

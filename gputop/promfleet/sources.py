@@ -218,8 +218,17 @@ def fetch(client: PromClient, start: float, end: float, step: float,
         "avg": (client.query, waste_query(sel, "avg_over_time"), end),
         "count": (client.query, waste_query(sel, "count_over_time"), end),
     }
+    # The two big answers are made compact in their own thread, as soon as they arrive: their
+    # JSON trees never sit in memory together with the rest.
+    parse = {"dcgm_fields": _field_points, "gputop_fields": _field_points}
+
+    def ask(name: str, call, *args):
+        answer = call(*args)
+        return parse[name](answer) if name in parse else answer
+
     with ThreadPoolExecutor(PARALLEL, thread_name_prefix="gputop-prom") as pool:
-        pending = {name: pool.submit(call, *args) for name, (call, *args) in asks.items()}
+        pending = {name: pool.submit(ask, name, call, *args)
+                   for name, (call, *args) in asks.items()}
         try:
             answers = {name: future.result() for name, future in pending.items()}
         finally:
@@ -250,8 +259,11 @@ def fetch(client: PromClient, start: float, end: float, step: float,
         for ref in by_instance.get(_label(m, "instance", 200), ()) if host else ():
             ref.host = host
     if data.gpus:
-        _fields(answers["dcgm_fields"], data)
-        _fields(answers["gputop_fields"], data)
+        for name in ("dcgm_fields", "gputop_fields"):
+            for key, fields in answers.pop(name).items():
+                if key in data.gpus:
+                    data.series.setdefault(key, {}).update(fields)
+        _totals(data)
         _findings(answers["findings"], data, instances)
         _jobs(answers["jobs"], data)
         avg = {(_label(i["metric"], "instance", 200), _gpu_index(i["metric"])): number(
@@ -267,15 +279,17 @@ def fetch(client: PromClient, start: float, end: float, step: float,
     return data
 
 
-def _fields(result: list[dict], data: FleetData) -> None:
+def _field_points(result: list[dict]) -> dict[tuple[str, int], dict[str, list]]:
+    """(instance, gpu) -> field -> [(t, value in the model's unit)] of one fields answer."""
+    out: dict[tuple[str, int], dict[str, list]] = {}
     for item in result:
         m = item.get("metric") if isinstance(item, dict) else None
         values = item.get("values") if isinstance(item, dict) else None
         if not isinstance(m, dict) or not isinstance(values, list):
             continue
-        key = (_label(m, "instance", 200), _gpu_index(m))
         found = FIELDS.get(str(m.get("__name__")))
-        if key not in data.gpus or found is None:
+        index = _gpu_index(m)
+        if found is None or index is None:
             continue
         name, scale = found
         points = []
@@ -284,8 +298,11 @@ def _fields(result: list[dict], data: FleetData) -> None:
                 t, v = number(pair[0]), number(pair[1])
                 if t is not None and v is not None:
                     points.append((t, v * scale))
-        fields = data.series.setdefault(key, {})  # type: ignore[arg-type]
-        fields[name] = points
+        out.setdefault((_label(m, "instance", 200), index), {})[name] = points
+    return out
+
+
+def _totals(data: FleetData) -> None:
     for fields in data.series.values():  # dcgm: the total is used + free
         free = fields.pop("fb_free", None)
         used = dict(fields.get("mem_used", ()))
