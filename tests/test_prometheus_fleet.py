@@ -26,7 +26,7 @@ from tests.promfleet_kit import (
     serve,
     start_prometheus,
 )
-from tests.test_exporter_prometheus import answers, prometheus_or_skip, start_exporter
+from tests.test_exporter_prometheus import Prom, answers, prometheus_or_skip, start_exporter
 from tests.test_tui_terminal import GPUTOP, terminal  # noqa: F401  (the tmux fixture)
 
 pytestmark = pytest.mark.timeout(6 * SLOW)
@@ -86,6 +86,11 @@ def watch(url: str, *extra: str) -> subprocess.Popen:
 def test_watch_prints_every_nodes_findings_and_the_two_node_job(cluster):
     """Acceptance 1 and 2: findings with their host, the job spanning node-a and node-b with
     its straggler, and node-c's GPUs idle under their pod for the 12 minutes stored."""
+    # The exporter's demo job raises its finding on the node first (its own rules, a loaded
+    # machine may take a while): then every node has a finding for watch to print.
+    prom = Prom(cluster["url"])
+    wait_for(lambda: prom.query('gputop_finding_active{id="dataloader-stall"} == 1'),
+             timeout=2 * SLOW, interval=0.5)
     proc = watch(cluster["url"], "--duration", "30")
     out, err = proc.communicate(timeout=SLOW)
     assert proc.returncode == 0, err
