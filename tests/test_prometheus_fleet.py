@@ -146,8 +146,13 @@ def test_fleet_screen_in_tmux_jobs_wasters_first_enter_shows_nodes(cluster, term
     wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW, interval=0.5)
 
 
-def test_prometheus_stopped_mid_run_one_line_then_recovery(cluster):
-    """Acceptance 4: the server stops: one line, no traceback; back: one line, data again."""
+def test_prometheus_stopped_mid_run_one_line_then_recovery(cluster, terminal):  # noqa: F811
+    """Acceptance 4: the server stops: one line, no traceback (watch), the screen keeps the
+    last data dimmed with its age and why; back: one line, fresh data again."""
+    term = terminal(160, 30)
+    term.type(f"cd {REPO} && PS1='$ '")
+    term.type(f"{GPUTOP} --prometheus {cluster['url']}; echo exit=$?")
+    wait_for(lambda: "slurm:4242" in term.capture(), timeout=SLOW, interval=0.5)
     proc = watch(cluster["url"], "--duration", "90")
     seen: list[dict] = []
 
@@ -166,9 +171,15 @@ def test_prometheus_stopped_mid_run_one_line_then_recovery(cluster):
         down = line_with(lambda x: x.get("kind") == "prometheus")
         assert down is not None and down["state"] == "down", seen
         assert "Connection refused" in down["reason"] or "timed out" in down["reason"]
+        wait_for(lambda: "last data" in term.capture() and "slurm:4242" in term.capture(),
+                 timeout=SLOW, interval=0.5)
+        assert "Traceback" not in term.capture()
         cluster["prom"] = cluster["share"](start_prometheus(*cluster["args"]))
         up = line_with(lambda x: x.get("kind") == "prometheus")
         assert up is not None and up["state"] == "up", seen
+        wait_for(lambda: "last data" not in term.capture(), timeout=2 * SLOW, interval=0.5)
+        term.keys("q")
+        wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW, interval=0.5)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=SLOW)
