@@ -12,6 +12,7 @@ import threading
 import time
 
 from gputop.errors import UsageError
+from gputop.promfleet.jobs import NodeFinding
 
 
 def run_prom_top(args: argparse.Namespace) -> int:
@@ -62,7 +63,7 @@ def run_prom_watch(args: argparse.Namespace) -> int:
     monitor = PromFleetMonitor(client, filters_from_args(args), args.interval,
                                on_change=news.set)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    active: dict[tuple, object] = {}
+    active: dict[tuple, NodeFinding] = {}
     jobs_seen: dict[str, tuple] = {}
     refreshes = 0
     down = False
@@ -89,7 +90,7 @@ def run_prom_watch(args: argparse.Namespace) -> int:
                 _out({"time": now, "kind": "prometheus", "state": "up"}, args.json,
                      "prometheus answers again")
             refreshes = state.refreshes
-            current = {}
+            current: dict[tuple, NodeFinding] = {}
             for node in state.nodes.values():
                 for f in node.findings:
                     current[(f.instance, f.id, f.gpu)] = f

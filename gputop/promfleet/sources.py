@@ -256,7 +256,9 @@ def fetch(client: PromClient, start: float, end: float, step: float,
     for item in answers["hosts"]:
         m = item.get("metric") if isinstance(item, dict) else None
         host = _label(m, "hostname") if isinstance(m, dict) else ""
-        for ref in by_instance.get(_label(m, "instance", 200), ()) if host else ():
+        if not host or not isinstance(m, dict):
+            continue
+        for ref in by_instance.get(_label(m, "instance", 200), ()):
             ref.host = host
     if data.gpus:
         for name in ("dcgm_fields", "gputop_fields"):

@@ -215,7 +215,7 @@ class PromFleetApp(App[int]):
 
         self.call_from_thread(self.push_screen, RemoteDiagnosisScreen(result))
 
-    def action_quit(self) -> None:
+    def action_quit(self) -> None:  # type: ignore[override]
         self._leaving = True
         self.monitor.stop(timeout=0)
         self.exit(0)
