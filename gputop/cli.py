@@ -53,6 +53,9 @@ def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None
     from gputop.fleet.ssh import add_options as add_fleet_options
 
     add_fleet_options(parser, suppress)  # --hosts and the like: many nodes over ssh
+    from gputop.promfleet.options import add_options as add_prom_options
+
+    add_prom_options(parser, suppress)  # --prometheus URL: the fleet from a Prometheus server
 
 
 def _command_globals() -> tuple[argparse.ArgumentParser, str]:
@@ -196,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         from gputop.commands.fleet import check_fleet_command, fleet_requested
 
         check_fleet_command(args, name)
-        if not fleet_requested(args):  # with --hosts, --gpus is the nodes' business
+        from gputop.promfleet.options import check_command, prometheus_requested
+
+        check_command(args, name)
+        if not (fleet_requested(args) or prometheus_requested(args)):  # with --hosts, --gpus is the nodes' business
             _check_gpus_exist(args)
         module = importlib.import_module(f"gputop.commands.{name}")
         code = int(module.run(args) or 0)

@@ -23,11 +23,11 @@ async def _until(pilot, condition, timeout: float = SLOW) -> None:
 
 def test_the_fleet_screen_shows_every_simulated_node():
     from gputop.cli import build_parser
-    from gputop.fleet.cli import _targets_and_settings
+    from gputop.fleet.demo import fleet_from_args
     from gputop.tui.fleet_app import FleetApp
     from tests.tui_data import screen_text
 
-    hosts, settings = _targets_and_settings(build_parser().parse_args(["--demo", "fleet"]))
+    hosts, settings = fleet_from_args(build_parser().parse_args(["--demo", "fleet"]))
     assert hosts == list(demo.NODES) and len(hosts) >= 3
     assert settings.ssh_argv("node01", "x")[0] == "sh"  # local: no ssh
 

@@ -16,6 +16,7 @@ import threading
 import time
 
 from gputop.errors import UsageError
+from gputop.fleet.demo import fleet_from_args
 
 FLEET_COMMANDS = ("top", "watch")
 
@@ -33,21 +34,8 @@ def check_fleet_command(args: argparse.Namespace, command: str) -> None:
                          f"`watch`, not `{command}`")
 
 
-def _targets_and_settings(args: argparse.Namespace):
-    from gputop.fleet import demo
-
-    if demo.requested(args):  # simulated nodes, run here: no ssh
-        return demo.targets_and_settings(args)
-    from gputop.fleet.ssh import settings_from_args
-    from gputop.fleet.targets import resolve_targets
-
-    hosts = resolve_targets(getattr(args, "hosts", None), getattr(args, "hostfile", None),
-                            getattr(args, "slurm", None))
-    return hosts, settings_from_args(args)
-
-
 def run_fleet_top(args: argparse.Namespace) -> int:
-    hosts, settings = _targets_and_settings(args)
+    hosts, settings = fleet_from_args(args)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("the fleet view needs a terminal; for text output use "
                          "`gputop watch --json --hosts ...`")
@@ -91,7 +79,7 @@ def run_fleet_watch(args: argparse.Namespace) -> int:
     as they go down and come back."""
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
-    hosts, settings = _targets_and_settings(args)
+    hosts, settings = fleet_from_args(args)
     from gputop.fleet.monitor import FleetMonitor
 
     news = threading.Event()

@@ -47,7 +47,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     from gputop.commands.fleet import fleet_requested, run_fleet_top
+    from gputop.promfleet.options import prometheus_requested
 
+    if prometheus_requested(args):  # --prometheus URL: the fleet and its jobs from the store
+        from gputop.commands.prom_fleet import run_prom_top
+
+        return run_prom_top(args)
     if fleet_requested(args):  # --hosts, --hostfile, --slurm: the fleet screen
         if getattr(args, "replay", None):
             raise UsageError("--replay plays a recording of this node: it takes no --hosts, "

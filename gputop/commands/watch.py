@@ -32,7 +32,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     from gputop.commands.fleet import fleet_requested, run_fleet_watch
+    from gputop.promfleet.options import prometheus_requested
 
+    if prometheus_requested(args):  # every node's findings and the jobs, from Prometheus
+        from gputop.commands.prom_fleet import run_prom_watch
+
+        return run_prom_watch(args)
     if fleet_requested(args):  # --hosts and the like: the findings of every node
         return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.

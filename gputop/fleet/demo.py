@@ -51,3 +51,16 @@ def targets_and_settings(args) -> tuple[list[str], SshSettings]:
     if getattr(args, "seed", 0):
         passthrough += ["--seed", str(args.seed)]
     return list(NODES), LocalNodes(passthrough=tuple(passthrough))
+
+
+def fleet_from_args(args) -> tuple[list[str], SshSettings]:
+    """The nodes named by --hosts/--hostfile/--slurm and how to reach them, or, for
+    `--demo fleet`, the simulated nodes run here (no ssh)."""
+    if requested(args):
+        return targets_and_settings(args)
+    from gputop.fleet.ssh import settings_from_args
+    from gputop.fleet.targets import resolve_targets
+
+    hosts = resolve_targets(getattr(args, "hosts", None), getattr(args, "hostfile", None),
+                            getattr(args, "slurm", None))
+    return hosts, settings_from_args(args)
