@@ -53,6 +53,8 @@ class Owner:
     namespace: str | None = None
     container: str | None = None
     slurm_job: str | None = None
+    # SLURM_JOB_ID of the environment where it disagrees with the cgroup's job: a claim only.
+    slurm_claim: str | None = None
 
     def is_empty(self) -> bool:
         return not any(self.__dict__.values())
@@ -143,6 +145,7 @@ class ProcSample:
     compute_instance: int | None = None
     hidden: str | None = None
     efficiency: Efficiency | None = None  # MFU, goodput, J/step (issue 30)
+    uid: int | None = None  # the real uid: whose series the exporter's job series are
 
     @property
     def tree_cpu_percent(self) -> float:
@@ -239,7 +242,7 @@ class Snapshot:
 
 # Fields written to JSON only when set, so the schema of a plain host stays as it was.
 _OPTIONAL_PROC = ("agent", "ns_pid", "host_pid", "owner", "gpu_instance", "compute_instance",
-                  "hidden", "efficiency")
+                  "hidden", "efficiency", "uid")
 
 
 def _proc_to_json(proc: ProcSample) -> dict[str, Any]:

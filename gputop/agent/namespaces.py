@@ -47,6 +47,7 @@ from gputop.agent.protocol import (
     pid_namespace,
     socket_name,
 )
+from gputop.agent_status import parse_status
 from gputop.collect.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
 
 MAX_FOREIGN = 64  # agents of other namespaces asked per discovery
@@ -186,7 +187,8 @@ def discover() -> list[ForeignAgent]:
                         conn.call({"cmd": "hello"}).get("argv"))
         except (AgentError, OSError, ValueError):
             continue
-        agents.append(ForeignAgent(path, owner, inner, pidns, {**status, "argv": argv}))
+        checked = parse_status(status).to_dict()  # the one check of what an agent says
+        agents.append(ForeignAgent(path, owner, inner, pidns, {**checked, "argv": argv}))
     with _lock:
         _foreign.clear()
         for agent in agents:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from gputop.agent.protocol import default_capture_dir
 from gputop.agent.telemetry import StepTelemetry
+from gputop.validate import number
 
 MAX_STEPS = 1000
 MAX_WARMUP = 100
@@ -59,15 +60,16 @@ class CaptureError(Exception):
         self.code = code
 
 
-def _number(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
+def _param(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
     value = params.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if number(value) is None:
         raise CaptureError("bad-request", f"{name} must be a number")
-    if not low <= value <= high:
+    found = number(value, low, high)
+    if found is None:
         raise CaptureError("bad-request", f"{name} must be between {low:g} and {high:g}")
-    return float(value)
+    return float(found)
 
 
 def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
@@ -89,8 +91,8 @@ def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
         raise CaptureError("bad-request", f"unknown field(s) for capture: {', '.join(unknown)}")
     steps = _integer(message, "steps", 1, MAX_STEPS)
     warmup = _integer(message, "warmup", 0, MAX_WARMUP)
-    seconds = _number(message, "seconds", 0.05, MAX_SECONDS)
-    timeout = _number(message, "timeout", 0.1, 86400.0)
+    seconds = _param(message, "seconds", 0.05, MAX_SECONDS)
+    timeout = _param(message, "timeout", 0.1, 86400.0)
     if seconds is not None and (steps is not None or warmup is not None):
         raise CaptureError("bad-request", "give either steps (and warmup) or seconds, not both")
     # The optimizer step (as this agent counts them, from 1) at which to start: every rank of

@@ -17,6 +17,7 @@ import math
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,9 @@ from gputop.recording.store import (
     read_snapshot_part,
     snapshot_parts,
 )
+from gputop.validate import number
 
+_num = partial(number, parse=True)  # a cell of an older recording's table
 MAX_NOTES = 20  # skipped rows are named up to this many, then counted
 _INT_FIELDS = {name for name, kind in typing.get_type_hints(GpuSample).items()
                if kind == int | None}
@@ -134,23 +137,12 @@ def open_replay(path: Path) -> Replay:
 # -- older recordings: snapshots rebuilt from the tables ---------------------------------------
 
 
-def _number(value: Any, integer: bool = False) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return None
-    if not math.isfinite(value):
-        return None
-    return int(value) if integer else float(value)
-
-
 def _rows_by_time(frame) -> dict[float, list[dict[str, Any]]]:
     out: dict[float, list[dict[str, Any]]] = {}
     if frame.empty or "time" not in frame:
         return out
     for row in frame.to_dict("records"):
-        t = _number(row.get("time"))
+        t = _num(row.get("time"))
         if t is not None:
             out.setdefault(t, []).append(row)
     return out
@@ -159,7 +151,7 @@ def _rows_by_time(frame) -> dict[float, list[dict[str, Any]]]:
 def _gpu_json(row: dict[str, Any]) -> dict[str, Any]:
     events = row.get("clock_events")
     data: dict[str, Any] = {
-        "index": _number(row.get("gpu"), integer=True),
+        "index": _num(row.get("gpu"), integer=True),
         "name": row.get("name") if isinstance(row.get("name"), str) else None,
         "uuid": row.get("uuid") if isinstance(row.get("uuid"), str) else None,
         "lost": bool(row.get("lost")) if row.get("lost") is not None else False,
@@ -167,30 +159,30 @@ def _gpu_json(row: dict[str, Any]) -> dict[str, Any]:
     }
     for name in (*GPU_COLUMNS, *GPU_EXTRA_COLUMNS):
         if name in row:
-            data[name] = _number(row[name], integer=name in _INT_FIELDS)
+            data[name] = _num(row[name], integer=name in _INT_FIELDS)
     return data
 
 
 def _process_json(row: dict[str, Any]) -> dict[str, Any]:
     """A process row as the snapshot's JSON: its workers only by count and total CPU (each
     gets the mean), no pid of their own; the agent's columns as its telemetry."""
-    n_workers = _number(row.get("workers"), integer=True) or 0
+    n_workers = _num(row.get("workers"), integer=True) or 0
     n_workers = max(0, min(n_workers, MAX_PROCESSES))
-    total = _number(row.get("workers_cpu_percent")) or 0.0
+    total = _num(row.get("workers_cpu_percent")) or 0.0
     workers = [{"pid": 0, "name": "worker", "cpu_percent": total / n_workers, "rss": None,
                 "state": ""} for _ in range(n_workers)]
-    agent = {name: _number(row.get(name), integer=name == "steps") for name in AGENT_COLUMNS}
+    agent = {name: _num(row.get(name), integer=name == "steps") for name in AGENT_COLUMNS}
     agent = {k: v for k, v in agent.items() if v is not None}
     name = row.get("name") if isinstance(row.get("name"), str) else "?"
     command = row.get("command") if isinstance(row.get("command"), str) else ""
     data = {
-        "pid": _number(row.get("pid"), integer=True),
+        "pid": _num(row.get("pid"), integer=True),
         "name": name,
         "cmdline": command,
         "visible": bool(row.get("visible", True)),
-        "cpu_percent": _number(row.get("cpu_percent")),
-        "rss": _number(row.get("rss"), integer=True),
-        "gpu_mem": _number(row.get("gpu_mem"), integer=True),
+        "cpu_percent": _num(row.get("cpu_percent")),
+        "rss": _num(row.get("rss"), integer=True),
+        "gpu_mem": _num(row.get("gpu_mem"), integer=True),
         "workers": workers,
     }
     if agent:
@@ -211,7 +203,7 @@ def rebuilt_snapshots(meta: dict[str, Any], gpus, processes, host) -> Iterator[b
         h = (host_rows.get(t) or [{}])[0]
         by_gpu: dict[int | None, list[dict[str, Any]]] = {}
         for row in proc_rows.get(t, []):
-            gpu = _number(row.get("gpu"), integer=True)
+            gpu = _num(row.get("gpu"), integer=True)
             by_gpu.setdefault(gpu, []).append(_process_json(row))
         gpus_json = []
         for row in gpu_rows.get(t, [])[:MAX_GPUS + 1]:
@@ -220,9 +212,9 @@ def rebuilt_snapshots(meta: dict[str, Any], gpus, processes, host) -> Iterator[b
             gpus_json.append(data)
         yield _encoder.encode({
             "time": t,
-            "host": {"hostname": hostname, **{k: _number(h.get(k)) for k in
+            "host": {"hostname": hostname, **{k: _num(h.get(k)) for k in
                                                ("cpu_percent", "iowait", "load_1")},
-                     "memory_used": _number(h.get("memory_used"), integer=True)},
+                     "memory_used": _num(h.get("memory_used"), integer=True)},
             "driver": driver,
             "gpus": gpus_json,
             "processes": by_gpu.get(None, []),
