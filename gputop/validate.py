@@ -13,7 +13,7 @@ from typing import Any
 # Ranges by meaning: what a value of that kind can be on any machine, with room to spare.
 RATIO = (0.0, 1.0)  # a share of time: 0-1
 COUNT = (0, 2**63 - 1)  # a counter: non-negative
-RATE = (0.0, 1e7)  # steps per second: 10 million steps/s is beyond any training loop
+RATE = (0.0, 1e6)  # steps per second: a million steps/s is beyond any training loop
 SECONDS = (1e-9, 1e9)  # a duration that happened: positive and finite (31 years)
 AGE = (0.0, 1e9)  # an age may be zero
 # FLOP/s one device can do: an H200's dense fp8 peak is ~2e15; a figure above this is a lie.
