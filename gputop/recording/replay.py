@@ -30,11 +30,15 @@ from gputop.recording.store import (
     GPU_COLUMNS,
     GPU_EXTRA_COLUMNS,
     RecordingError,
+    Spans,
+    gaps,
+    part_number,
     read_meta,
     read_recording,
     read_snapshot_part,
     snapshot_parts,
 )
+from gputop.recording.untrusted import part_rows
 from gputop.validate import number
 
 _num = partial(number, parse=True)  # a cell of an older recording's table
@@ -95,8 +99,13 @@ class Replay:
             self.problems.append("skipped more samples (not named)")
 
     def _from_snapshots(self) -> Iterator[bytes]:
+        spans: Spans = {}
         for part in snapshot_parts(self.path):
             frame = read_snapshot_part(part, self.path, self.problems)
+            number = part_number(part)
+            if number is not None:
+                spans[number] = None if frame.empty else (float(frame["time"].min()),
+                                                          float(frame["time"].max()))
             for text in frame["snapshot"] if not frame.empty else ():
                 if isinstance(text, str):
                     yield text.encode()
@@ -104,10 +113,12 @@ class Replay:
                     yield text
                 else:
                     self._skip("a sample that is not JSON text")
+        # Parts missing (a number skipped) or unreadable: the time they leave without samples.
+        self.problems.extend(gaps(spans, "_snapshots/"))
 
     def _from_tables(self) -> Iterator[bytes]:
         rec = read_recording(self.path)
-        self.problems.extend(rec.bad_parts)
+        self.problems.extend(rec.bad_parts + rec.gaps)
         yield from rebuilt_snapshots(rec.meta, rec.gpus, rec.processes, rec.host)
 
 
@@ -119,14 +130,8 @@ def open_replay(path: Path) -> Replay:
     meta = read_meta(path)
     parts = snapshot_parts(path)
     if parts:
-        count = 0
-        for part in parts:
-            try:
-                import pyarrow.parquet as pq
-
-                count += pq.ParquetFile(part).metadata.num_rows
-            except Exception:  # named when the part is read
-                continue
+        # The footers only, each file checked first (a FIFO is not opened to wait on it).
+        count = sum(part_rows(part) or 0 for part in parts)
         return Replay(path, meta, "snapshots", count)
     rec = read_recording(path)  # raises when it holds no readable samples
     times = set(rec.gpus["time"]) if "time" in rec.gpus else set()
