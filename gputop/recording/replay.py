@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pandas as pd
 
 from gputop.fleet.wire import MAX_GPUS, MAX_PROCESSES, WireError, decode_snapshot, one_line
 from gputop.model import GpuSample, Snapshot
@@ -29,6 +30,7 @@ from gputop.recording.store import (
     AGENT_COLUMNS,
     GPU_COLUMNS,
     GPU_EXTRA_COLUMNS,
+    Recording,
     RecordingError,
     Spans,
     gaps,
@@ -58,6 +60,7 @@ class Replay:
     count: int  # snapshots it holds (before any is skipped)
     problems: list[str] = field(default_factory=list)  # parts and rows that were skipped
     _skipped: int = 0
+    _tables: Recording | None = None  # an older recording's tables, read once
 
     @property
     def host(self) -> str:
@@ -117,7 +120,7 @@ class Replay:
         self.problems.extend(gaps(spans, "_snapshots/"))
 
     def _from_tables(self) -> Iterator[bytes]:
-        rec = read_recording(self.path)
+        rec, self._tables = self._tables or read_recording(self.path), None
         self.problems.extend(rec.bad_parts + rec.gaps)
         yield from rebuilt_snapshots(rec.meta, rec.gpus, rec.processes, rec.host)
 
@@ -136,21 +139,26 @@ def open_replay(path: Path) -> Replay:
     rec = read_recording(path)  # raises when it holds no readable samples
     times = set(rec.gpus["time"]) if "time" in rec.gpus else set()
     times |= set(rec.host["time"]) if "time" in rec.host else set()
-    return Replay(path, meta, "tables", len(times))
+    return Replay(path, meta, "tables", len(times), _tables=rec)
 
 
 # -- older recordings: snapshots rebuilt from the tables ---------------------------------------
 
 
-def _rows_by_time(frame) -> dict[float, list[dict[str, Any]]]:
-    out: dict[float, list[dict[str, Any]]] = {}
+def _rows_by_time(frame) -> dict[float, Any]:
+    """Row positions of each sample time (the rows themselves are made one sample at a time,
+    so a large table is never turned into dicts all at once)."""
     if frame.empty or "time" not in frame:
-        return out
-    for row in frame.to_dict("records"):
-        t = _num(row.get("time"))
-        if t is not None:
-            out.setdefault(t, []).append(row)
-    return out
+        return {}
+    times = pd.to_numeric(frame["time"], errors="coerce")
+    return {float(t): positions for t, positions in times.groupby(times).indices.items()
+            if _num(t) is not None}
+
+
+def _records(frame, positions, limit: int) -> list[dict[str, Any]]:
+    if positions is None:
+        return []
+    return frame.iloc[positions[:limit]].to_dict("records")
 
 
 def _gpu_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -205,13 +213,14 @@ def rebuilt_snapshots(meta: dict[str, Any], gpus, processes, host) -> Iterator[b
               "cuda_version": _text(meta.get("cuda_version")),
               "simulated": _text(meta.get("simulated"))}
     for t in sorted(set(gpu_rows) | set(host_rows)):
-        h = (host_rows.get(t) or [{}])[0]
+        h = (_records(host, host_rows.get(t), 1) or [{}])[0]
         by_gpu: dict[int | None, list[dict[str, Any]]] = {}
-        for row in proc_rows.get(t, []):
+        # More rows than a sample may hold are not made into dicts: the sample is refused.
+        for row in _records(processes, proc_rows.get(t), MAX_PROCESSES * 2):
             gpu = _num(row.get("gpu"), integer=True)
             by_gpu.setdefault(gpu, []).append(_process_json(row))
         gpus_json = []
-        for row in gpu_rows.get(t, [])[:MAX_GPUS + 1]:
+        for row in _records(gpus, gpu_rows.get(t), MAX_GPUS + 1):
             data = _gpu_json(row)
             data["processes"] = by_gpu.get(data["index"], [])
             gpus_json.append(data)

@@ -332,7 +332,9 @@ NUMERIC = {
     "snapshots": {"time"},
 }
 NOT_EMPTY = {"gpus": {"time", "gpu"}, "processes": {"time", "pid", "workers"},
-             "host": {"time"}, "findings": {"time"}, "snapshots": {"time", "snapshot"}}
+             "host": {"time"}, "findings": {"time", "id", "severity", "state"},
+             "snapshots": {"time", "snapshot"}}
+FLAGS = {"gpus": {"lost"}, "processes": {"visible"}}  # True/False (or nothing)
 TEXT = {"gpus": {"name", "uuid", "clock_events"}, "processes": {"name", "command"},
         "host": set(), "findings": {"id", "state", "severity", "title", "evidence"},
         "snapshots": {"snapshot"}}
@@ -357,9 +359,18 @@ def _bad_values(frame: pd.DataFrame, table: str) -> str | None:
     if len(times) and not (TIME_RANGE[0] <= times.min() and times.max() < TIME_RANGE[1]):
         return "times out of range (before 1970 or after 9999)"
     for column in sorted(TEXT[table] & set(frame.columns)):
-        if not frame[column].map(lambda v: v is None or isinstance(v, str)
-                                 or (isinstance(v, float) and v != v)).all():
+        values = frame[column]
+        if values.dtype == object:  # inferred in C: a Python check per row took seconds
+            text = pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty")
+        else:
+            text = pd.api.types.is_string_dtype(values.dtype) or bool(values.isna().all())
+        if not text:
             return f"column {column} holds values that are not text"
+    for column in sorted(FLAGS.get(table, set()) & set(frame.columns)):
+        values = frame[column]
+        kind = pd.api.types.infer_dtype(values, skipna=True)
+        if kind not in ("boolean", "empty"):
+            return f"column {column} holds {kind} values, not true or false"
     return None
 
 
