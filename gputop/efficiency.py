@@ -27,9 +27,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from gputop.agent.goodput import CATEGORIES
 from gputop.model import Efficiency, GpuSample
 from gputop.peaks import PRECISIONS, peak_for
+from gputop.protocol import GOODPUT_CATEGORIES as CATEGORIES
 from gputop.validate import MAX_DEVICE_FLOPS, PEAK_MARGIN, real
 
 ENERGY_WINDOW_S = 30.0  # the agent's own window for steps/s

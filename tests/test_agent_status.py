@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gputop.agent_status import parse_status
+from gputop.client.status import parse_status
 from gputop.efficiency import efficiency
 from gputop.model import GpuSample
 from gputop.validate import json_depth, number

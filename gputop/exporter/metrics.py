@@ -308,7 +308,7 @@ def _older(p: ProcSample, other: ProcSample) -> bool:
 
 
 def _value(agent: dict, key: str) -> float | None:
-    # The agent's reply was checked where it was read (gputop.agent_status): what is here is
+    # The agent's reply was checked where it was read (gputop.client.status): what is here is
     # in range; this only turns it into a float for the family.
     return real(agent.get(key))
 

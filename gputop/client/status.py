@@ -8,7 +8,7 @@ finite, rates and FLOPs bounded). A value out of range is dropped (None) and its
 ``AgentStatus.to_dict()`` is what the Sampler puts in ``ProcSample.agent``: the checked reply,
 with ``"rejected"`` naming what was dropped (visible in ``snapshot --json``).
 
-Monitor side only (issue 35 moves it beside the client, ``gputop/client/``).
+Monitor side only: ``gputop.client`` (the training process never imports it).
 """
 
 from __future__ import annotations
