@@ -176,8 +176,19 @@ def decode_snapshot(data: bytes) -> Snapshot:
 
 def _snapshot(wire: _WireSnapshot) -> Snapshot:
     _check_bounds(wire)
-    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
-                    other_processes=wire.processes)
+    gpus = tuple(dataclasses.replace(g, processes=_agents_checked(g.processes))
+                 if any(p.agent for p in g.processes) else g for g in wire.gpus)
+    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=gpus,
+                    other_processes=_agents_checked(wire.processes))
+
+
+def _agents_checked(procs: tuple[ProcSample, ...]) -> tuple[ProcSample, ...]:
+    """A node's (or a recording's) agent telemetry through the same check as a local agent's
+    reply (``client.status``): out-of-range values dropped and named in ``rejected``."""
+    from gputop.client.status import parse_status
+
+    return tuple(dataclasses.replace(p, agent=parse_status(p.agent).to_dict())
+                 if isinstance(p.agent, dict) else p for p in procs)
 
 
 def _check_bounds(snap: _WireSnapshot) -> None:
