@@ -19,7 +19,7 @@ from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
-                  "job", "uid",  # a job series: its job and its owner's uid (issue 37)
+                  "job_id", "uid",  # a job series: its job and its owner's uid (issue 37)
                   "GPU_I_ID", "GPU_I_PROFILE", "pod", "namespace", "container", "hpc_job",
                   "hostname", "driver_version", "cuda_version", "simulated",
                   "category"}  # the goodput ledger's seven categories
@@ -104,7 +104,7 @@ def test_a_lost_gpu_has_only_its_lost_series_and_jobs_are_keyed_by_job_uid_rank_
                for f in families for s in f.samples}
     lost = [k for k in samples if ("gpu", "1") in k[1]]
     assert [k[0] for k in lost] == ["gputop_gpu_lost"] and samples[lost[0]] == 1.0
-    job = (("gpu", "0"), ("job", "pid:42@7"))
+    job = (("gpu", "0"), ("job_id", "pid:42@7"))
     assert samples[("gputop_job_steps_per_second", (*job, ("rank", "3"), ("uid", "1000")))] == 2.5
     assert samples[("gputop_job_step_time_seconds",
                     (*job, ("quantile", "0.95"), ("rank", "3"), ("uid", "1000")))] == 0.5

@@ -71,23 +71,23 @@ def test_a_hostile_agent_of_another_user_cannot_take_over_or_poison_job_series(
         except OSError:
             return None
         jobs = [s for s in samples if s.name.startswith("gputop_job_")]
-        uids = {s.labels["uid"] for s in jobs if s.labels["job"].startswith(f"pid:{hostile}@")}
+        uids = {s.labels["uid"] for s in jobs if s.labels["job_id"].startswith(f"pid:{hostile}@")}
         victim_rate = [s for s in jobs if s.name == "gputop_job_steps_per_second"
-                       and s.labels["job"].startswith(f"pid:{victim}@")]
+                       and s.labels["job_id"].startswith(f"pid:{victim}@")]
         return samples if uids == {str(NOBODY)} and victim_rate else None
 
     samples = wait_for(both_jobs, timeout=2 * SLOW, interval=0.5)
     assert exporter.poll() is None
     jobs = [s for s in samples if s.name.startswith("gputop_job_")]
     # (Other engineers' jobs on this machine may have series too: the victim's are its pid's.)
-    mine = [s for s in jobs if s.labels["job"].startswith(f"pid:{victim}@")]
-    theirs = [s for s in jobs if s.labels["job"].startswith(f"pid:{hostile}@")]
+    mine = [s for s in jobs if s.labels["job_id"].startswith(f"pid:{victim}@")]
+    theirs = [s for s in jobs if s.labels["job_id"].startswith(f"pid:{hostile}@")]
     assert {s.labels["uid"] for s in theirs} == {str(NOBODY)}
     # The victim's series keep the victim's values: ~50 steps/s, on GPU 0, root's.
     rate = next(s for s in mine if s.name == "gputop_job_steps_per_second")
     assert 1 < rate.value < 200 and rate.labels["gpu"] == "0" and rate.labels["uid"] == "0"
     # The hostile process has series of its own (its uid), holding nothing it lied about.
-    assert theirs and {s.labels["job"] for s in theirs} != {rate.labels["job"]}
+    assert theirs and {s.labels["job_id"] for s in theirs} != {rate.labels["job_id"]}
     names = {s.name for s in theirs}
     for lied in ("gputop_job_steps_per_second", "gputop_job_steps_total",
                  "gputop_job_step_time_seconds", "gputop_job_dataloader_wait_ratio",

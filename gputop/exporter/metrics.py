@@ -143,7 +143,8 @@ HOST_METRICS: tuple[tuple[str, str, Callable[[HostSample], float | None]], ...] 
     ("gputop_host_network_transmit_bytes_per_second", "Network transmit rate (bytes/s)",
      lambda h: h.net_tx_bps),
 )
-JOB_LABELS = ["job", "uid", "rank", "gpu"]  # the job and its owner first: see _jobs
+JOB_LABELS = ["job_id", "uid", "rank", "gpu"]  # the job and its owner first: see _jobs
+# ("job_id", not "job": Prometheus sets "job" to the scrape job and would rename ours.)
 
 
 @dataclass
@@ -276,7 +277,7 @@ def job_identity(p: ProcSample) -> str:
     return f"pid:{p.pid}@{started}"
 
 
-JobKey = tuple[str, str, str, str]  # (job, uid, rank, gpu): JOB_LABELS' order
+JobKey = tuple[str, str, str, str]  # (job id, uid, rank, gpu): JOB_LABELS' order
 
 
 def _jobs(snap: Snapshot) -> dict[JobKey, ProcSample]:
