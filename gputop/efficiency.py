@@ -22,7 +22,6 @@ to each ``ProcSample``. What an agent reports is untrusted: every number is chec
 
 from __future__ import annotations
 
-import math
 import re
 from collections import deque
 from collections.abc import Iterable
@@ -31,6 +30,7 @@ from typing import Any
 from gputop.model import Efficiency, GpuSample
 from gputop.peaks import PRECISIONS, peak_for
 from gputop.protocol import GOODPUT_CATEGORIES as CATEGORIES
+from gputop.validate import MAX_DEVICE_FLOPS, PEAK_MARGIN, real
 
 ENERGY_WINDOW_S = 30.0  # the agent's own window for steps/s
 TENSOR_PRECISIONS = frozenset({"tf32", "bf16", "fp16", "fp8", "int8"})
@@ -42,13 +42,6 @@ UNDER_RATIO, UNDER_FLOOR = 4.0, 0.2
 GOODPUT_KEYS = CATEGORIES  # the agent's ledger: productive, startup, dataloader, ...
 _PRECISION = re.compile(r"^[a-z0-9_]{1,24}$")
 MAX_FLOPS = 1e21  # per step: far beyond any model, keeps a hostile number finite
-
-
-def _number(value: Any, low: float = 0.0, high: float = 1e18) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) and low <= value <= high else None
 
 
 def flop_count(agent: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -66,12 +59,12 @@ def flop_count(agent: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str
         message = last.get("message")
         text = message[:120] if isinstance(message, str) else "failed"
         return None, f"FLOP count failed: {text}"
-    per_step = _number(last.get("flops_per_step"), 0.0, MAX_FLOPS)
+    per_step = real(last.get("flops_per_step"), 0.0, MAX_FLOPS)
     if not per_step:
         return None, "the counted step ran no matrix work (FlopCounterMode counts matmuls, " \
                      "convolutions, attention)"
     precision = last.get("precision")
-    samples = _number(last.get("samples_per_step"), 1, 1e9)
+    samples = real(last.get("samples_per_step"), 1, 1e9)
     return {"flops_per_step": per_step,
             "precision": precision if isinstance(precision, str)
             and _PRECISION.match(precision) else None,
@@ -86,15 +79,15 @@ def goodput_of(agent: dict[str, Any] | None) -> tuple[float | None, dict[str, fl
     out: dict[str, float] = {}
     if isinstance(seconds, dict):
         for key in GOODPUT_KEYS:
-            value = _number(seconds.get(key), 0.0, 1e10)
+            value = real(seconds.get(key), 0.0, 1e10)
             if value is not None:
                 out[key] = value
-    return _number(ledger.get("goodput"), 0.0, 1.0), out
+    return real(ledger.get("goodput"), 0.0, 1.0), out
 
 
 def best_rate(agent: dict[str, Any] | None) -> float | None:
     ledger = (agent or {}).get("goodput")
-    return _number(ledger.get("best_window_steps_per_s"), 0.0, 1e9) \
+    return real(ledger.get("best_window_steps_per_s"), 0.0, 1e9) \
         if isinstance(ledger, dict) else None
 
 
@@ -136,7 +129,7 @@ def efficiency(agent: dict[str, Any] | None, gpu: GpuSample | None,
     """One process's figures from its agent's status and its GPU (None: not on a GPU)."""
     count, why = flop_count(agent)
     share, seconds = goodput_of(agent)
-    rate = _number((agent or {}).get("steps_per_s"), 0.0, 1e9)
+    rate = real((agent or {}).get("steps_per_s"), 0.0, 1e9)
     fields: dict[str, Any] = {"goodput": share, "goodput_s": seconds,
                               "j_per_step": j_per_step, "energy_window_s": window_s}
     if gpu is not None:
@@ -151,6 +144,9 @@ def efficiency(agent: dict[str, Any] | None, gpu: GpuSample | None,
     if rate is None:
         return Efficiency(mfu_note="no step rate yet", **fields)
     achieved = per_step * rate
+    if achieved > MAX_DEVICE_FLOPS:  # more than any one device does: not shown or exported
+        return Efficiency(mfu_note="the agent's FLOP count x steps/s is beyond any GPU: "
+                          "dropped", **fields)
     fields["achieved_flops"] = achieved
     if gpu is None:
         return Efficiency(mfu_note="not on a GPU: no peak to compare with", **fields)
@@ -165,6 +161,10 @@ def efficiency(agent: dict[str, Any] | None, gpu: GpuSample | None,
             note = f"{gpu.name} has no {precision} peak in its datasheet"
         return Efficiency(mfu_note=note, **fields)
     mfu = achieved / peak.flops
+    if mfu > PEAK_MARGIN:  # above the datasheet peak: the count or the rate is false
+        del fields["achieved_flops"]
+        return Efficiency(mfu_note=f"the agent's FLOPs x steps/s exceed {peak.board}'s "
+                          f"{peak.precision} peak x {PEAK_MARGIN}: dropped", **fields)
     best = best_rate(agent)
     agrees, note = tensor_check(mfu, peak.precision, gpu)
     fields.update(device=peak.board, peak_flops=peak.flops, peak_source=peak.source, mfu=mfu,

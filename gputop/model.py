@@ -53,6 +53,8 @@ class Owner:
     namespace: str | None = None
     container: str | None = None
     slurm_job: str | None = None
+    # SLURM_JOB_ID of the environment where it disagrees with the cgroup's job: a claim only.
+    slurm_claim: str | None = None
 
     def is_empty(self) -> bool:
         return not any(self.__dict__.values())
@@ -143,6 +145,7 @@ class ProcSample:
     compute_instance: int | None = None
     hidden: str | None = None
     efficiency: Efficiency | None = None  # MFU, goodput, J/step (issue 30)
+    uid: int | None = None  # the real uid: whose series the exporter's job series are
 
     @property
     def tree_cpu_percent(self) -> float:

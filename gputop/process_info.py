@@ -38,6 +38,8 @@ def owner_text(owner: Owner | None) -> str:
         parts.append(f"{owner.runtime or 'container'} {labels['container']}")
     if owner.slurm_job:
         parts.append(f"slurm {owner.slurm_job}")
+    if owner.slurm_claim:
+        parts.append(f"claims slurm {owner.slurm_claim}")
     return safe_text(", ".join(parts))
 
 

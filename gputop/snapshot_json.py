@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from gputop.agent_status import parse_status
 from gputop.format import RAW_IN_JSON, safe_text
 from gputop.job_groups import jobs_in
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
@@ -27,7 +28,7 @@ MAX_WORKERS = 1024  # per process
 
 # Fields written to JSON only when set, so the schema of a plain host stays as it was.
 _OPTIONAL_PROC = ("agent", "ns_pid", "host_pid", "owner", "gpu_instance", "compute_instance",
-                  "hidden", "efficiency")
+                  "hidden", "efficiency", "uid")
 
 
 def _proc_to_json(proc: ProcSample) -> dict[str, Any]:
@@ -112,8 +113,17 @@ def decode_snapshot(data: bytes) -> Snapshot:
 
 def snapshot_from_wire(wire: WireSnapshot) -> Snapshot:
     _check_bounds(wire)
-    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=wire.gpus,
-                    other_processes=wire.processes)
+    gpus = tuple(dataclasses.replace(g, processes=_agents_checked(g.processes))
+                 if any(p.agent for p in g.processes) else g for g in wire.gpus)
+    return Snapshot(time=wire.time, host=wire.host, driver=wire.driver, gpus=gpus,
+                    other_processes=_agents_checked(wire.processes))
+
+
+def _agents_checked(procs: tuple[ProcSample, ...]) -> tuple[ProcSample, ...]:
+    """A node's (or a recording's) agent telemetry through the same check as a local agent's
+    reply (``agent_status``): out-of-range values dropped and named in ``rejected``."""
+    return tuple(dataclasses.replace(p, agent=parse_status(p.agent).to_dict())
+                 if isinstance(p.agent, dict) else p for p in procs)
 
 
 def _check_bounds(snap: WireSnapshot) -> None:

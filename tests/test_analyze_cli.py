@@ -91,6 +91,7 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
         "header-only.json": (b'{"schemaVersion": 1, "deviceProperties": []}', "no traceEvents"),
         "no-events.json": (b'{"traceEvents": []}', "no profiler events"),
         "empty.json": (b"", "empty file"),
+        "spaces.json": (b" " * (1 << 20), "only white space"),  # not "empty" (issue 37)
         "binary.json": (bytes(range(256)) * 4, "not valid JSON"),
     }
     for name, (content, fragment) in cases.items():

@@ -19,6 +19,7 @@ from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
 ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
+                  "job_id", "uid",  # a job series: its job and its owner's uid (issue 37)
                   "GPU_I_ID", "GPU_I_PROFILE", "pod", "namespace", "container", "hpc_job",
                   "hostname", "driver_version", "cuda_version", "simulated",
                   "category"}  # the goodput ledger's seven categories
@@ -89,23 +90,25 @@ def test_the_finding_clock_counts_active_time_per_finding_and_gpu():
     assert all(s.name == "gputop_finding_active_seconds_total" for s in seconds.samples)
 
 
-def test_a_lost_gpu_has_only_its_lost_series_and_jobs_are_keyed_by_gpu_and_rank():
+def test_a_lost_gpu_has_only_its_lost_series_and_jobs_are_keyed_by_job_uid_rank_and_gpu():
     agent = {"steps": 120, "steps_per_s": 2.5, "step_time_p50_s": 0.4, "step_time_p95_s": 0.5,
              "dataloader_wait_share": 0.8, "rank": 3}
     snap = Snapshot(time=1.0, host=HostSample("h", cpu_percent=50.0),
                     driver=DriverInfo(True, "570", "12.8"),
                     gpus=(GpuSample(0, uuid="GPU-a", name="A100", util_gpu=20.0,
-                                    processes=(ProcSample(42, "python", agent=agent),)),
+                                    processes=(ProcSample(42, "python", agent=agent,
+                                                          uid=1000, create_time=7.5),)),
                           GpuSample(1, uuid="GPU-b", name="A100", lost=True)))
     families = all_families(snap, FindingClock(), "1.0")
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in families for s in f.samples}
     lost = [k for k in samples if ("gpu", "1") in k[1]]
     assert [k[0] for k in lost] == ["gputop_gpu_lost"] and samples[lost[0]] == 1.0
-    assert samples[("gputop_job_steps_per_second", (("gpu", "0"), ("rank", "3")))] == 2.5
+    job = (("gpu", "0"), ("job_id", "pid:42@7"))
+    assert samples[("gputop_job_steps_per_second", (*job, ("rank", "3"), ("uid", "1000")))] == 2.5
     assert samples[("gputop_job_step_time_seconds",
-                    (("gpu", "0"), ("quantile", "0.95"), ("rank", "3")))] == 0.5
-    assert samples[("gputop_job_steps_total", (("gpu", "0"), ("rank", "3")))] == 120
+                    (*job, ("quantile", "0.95"), ("rank", "3"), ("uid", "1000")))] == 0.5
+    assert samples[("gputop_job_steps_total", (*job, ("rank", "3"), ("uid", "1000")))] == 120
     assert series_count(gpu_families(snap)) == len([k for k in samples
                                                     if k[0].startswith("gputop_gpu_")])
 

@@ -48,7 +48,7 @@ from gputop.agent.profiling import (
     MAX_RECORD_S,
     MAX_TRACER_SLOWDOWN,
     _integer,
-    _number,
+    _param,
 )
 from gputop.agent.telemetry import StepTelemetry
 from gputop.agent.trace_export import CaptureError, prepare_capture_dir
@@ -68,7 +68,7 @@ def parse_memory_request(message: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise CaptureError("bad-request", f"unknown field(s) for memory: {', '.join(unknown)}")
     steps = _integer(message, "steps", 1, MAX_STEPS)
-    timeout = _number(message, "timeout", 0.1, 86400.0)
+    timeout = _param(message, "timeout", 0.1, 86400.0)
     out = message.get("out")
     if out is not None and (not isinstance(out, str) or not out or len(out) > 4096
                             or not out.isprintable() or not os.path.isabs(out)):

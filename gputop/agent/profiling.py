@@ -41,6 +41,7 @@ from gputop.agent.trace_export import (
     write_trace,
 )
 from gputop.protocol import DEFAULT_STEPS, MAX_STEPS
+from gputop.validate import number
 
 MAX_WARMUP = 100
 MAX_SECONDS = 600.0
@@ -56,15 +57,16 @@ MAX_TRACER_SLOWDOWN = 3.0
 _BOOL_FIELDS = ("record_shapes", "with_stack", "profile_memory")
 
 
-def _number(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
+def _param(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
     value = params.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if number(value) is None:
         raise CaptureError("bad-request", f"{name} must be a number")
-    if not low <= value <= high:
+    found = number(value, low, high)
+    if found is None:
         raise CaptureError("bad-request", f"{name} must be between {low:g} and {high:g}")
-    return float(value)
+    return float(found)
 
 
 def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
@@ -86,8 +88,8 @@ def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
         raise CaptureError("bad-request", f"unknown field(s) for capture: {', '.join(unknown)}")
     steps = _integer(message, "steps", 1, MAX_STEPS)
     warmup = _integer(message, "warmup", 0, MAX_WARMUP)
-    seconds = _number(message, "seconds", 0.05, MAX_SECONDS)
-    timeout = _number(message, "timeout", 0.1, 86400.0)
+    seconds = _param(message, "seconds", 0.05, MAX_SECONDS)
+    timeout = _param(message, "timeout", 0.1, 86400.0)
     if seconds is not None and (steps is not None or warmup is not None):
         raise CaptureError("bad-request", "give either steps (and warmup) or seconds, not both")
     # The optimizer step (as this agent counts them, from 1) at which to start: every rank of

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gputop.agent_status import parse_status
 from gputop.client.agents import (
     AgentConnection,
     Located,
@@ -186,7 +187,8 @@ def discover() -> list[ForeignAgent]:
                         conn.call({"cmd": "hello"}).get("argv"))
         except (AgentError, OSError, ValueError):
             continue
-        agents.append(ForeignAgent(path, owner, inner, pidns, {**status, "argv": argv}))
+        checked = parse_status(status).to_dict()  # the one check of what an agent says
+        agents.append(ForeignAgent(path, owner, inner, pidns, {**checked, "argv": argv}))
     with _lock:
         _foreign.clear()
         for agent in agents:

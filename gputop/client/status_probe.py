@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gputop.agent_status import parse_status
 from gputop.client import agents as client
 from gputop.protocol import MAX_MESSAGE, AgentError, decode, encode
 
@@ -153,6 +154,7 @@ class StatusProbe:
         self._late: dict[_Key, dict[str, Any]] = {}  # answers the retries got, for next tick
         self._answered: set[_Key] = set()
         self._retrying = False
+        self._steps: dict[_Key, int] = {}  # each agent's last step count: a counter never goes back
 
     def quiet(self) -> set[_Key]:
         with self._lock:
@@ -165,6 +167,8 @@ class StatusProbe:
             for gone in self._quiet.keys() - keys.keys():
                 del self._quiet[gone]
             self._answered &= keys.keys()
+            for gone in self._steps.keys() - keys.keys():
+                del self._steps[gone]
             late = {keys[k]: status for k, status in self._late.items() if k in keys}
             self._late.clear()
             quiet = set(self._quiet)
@@ -189,7 +193,16 @@ class StatusProbe:
                              daemon=True).start()
         for pid, status in late.items():
             answers.setdefault(pid, status)
-        return answers
+        return {pid: self._checked(_key(pid, sockets[pid][0]), status)
+                for pid, status in answers.items()}
+
+    def _checked(self, key: _Key, status: dict[str, Any]) -> dict[str, Any]:
+        """The one place an agent's reply is checked (``agent_status``): what is out of range
+        is dropped and named in ``rejected``, never shown or exported."""
+        parsed = parse_status(status, self._steps.get(key))
+        if parsed.steps is not None:
+            self._steps[key] = parsed.steps
+        return parsed.to_dict()
 
     def _retry(self, sockets: Sockets) -> None:
         """Off the sampling thread: ask the quiet sockets again, with more patience."""

@@ -248,7 +248,13 @@ def read_owner(pid: int | str) -> Owner | None:
     env = environ(pid, ("SLURM_JOB_ID", "SLURM_JOBID"))
     slurm = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     if slurm and slurm.isdigit() and len(slurm) <= 12:
-        owner = replace(owner, slurm_job=slurm)  # the job's own word over a cgroup's
+        # The cgroup is Slurm's (the process cannot leave it); the environment is the process's
+        # own word. Where they disagree the cgroup wins and the other is only the process's
+        # claim, never the GPU's job (a user would bill their GPU to another job).
+        if owner.slurm_job is None:
+            owner = replace(owner, slurm_job=slurm)
+        elif owner.slurm_job != slurm:
+            owner = replace(owner, slurm_claim=slurm)
     if owner.pod_uid or owner.container_id:
         owner = kubelet_names(owner)
         if owner.pod_uid and (owner.pod is None or owner.namespace is None) \

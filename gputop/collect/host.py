@@ -253,10 +253,10 @@ class HostCollector:
         now = time.monotonic()
         if tracked.static is None or now - tracked.static_at > STATIC_REFRESH_S:
             try:
-                tracked.static = psutil.Process(pid).as_dict(attrs=["username", "cmdline"],
+                tracked.static = psutil.Process(pid).as_dict(attrs=["username", "uids", "cmdline"],
                                                              ad_value=None)
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                tracked.static = {"username": None, "cmdline": None}
+                tracked.static = {"username": None, "uids": None, "cmdline": None}
             tracked.static_at = now
         return tracked.static
 
@@ -285,6 +285,7 @@ class HostCollector:
             cpu_percent=self._cpu(tracked, stat),
             rss=stat.rss,
             user=static.get("username"),
+            uid=static["uids"].real if static.get("uids") is not None else None,
             state=stat.state,
             threads=stat.threads,
             create_time=self._create_time(tracked),

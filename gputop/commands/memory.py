@@ -91,12 +91,11 @@ def _print(report, path: str, as_json: bool, data: dict | None = None,
 
 
 def _last_oom(args: argparse.Namespace) -> int:
-    from gputop.memory.oom_files import resolve_target
-    from gputop.memory.report import ReportError, read_report
+    from gputop.memory.oom_files import read_last_oom
+    from gputop.memory.report import ReportError
 
     try:
-        path = resolve_target(args.last_oom)
-        report = read_report(path)
+        path, report = read_last_oom(args.last_oom)
     except ReportError as exc:
         raise UsageError(str(exc), exit_code=1) from None
     if report.kind != "oom":

@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     for part in rec.bad_parts:  # one line each: the part and why
         print(f"gputop: warning: skipped {path}/{part}", file=sys.stderr)
+    for gap in rec.gaps:  # and the time they leave without samples
+        print(f"gputop: warning: {path}: {gap}", file=sys.stderr)
     # The report first: a folder we cannot write to must not cost the user the report.
     if args.json:
         print(json.dumps(summary, default=str))

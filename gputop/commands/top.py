@@ -58,13 +58,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--replay plays a recording of this node: it takes no --hosts, "
                              "--hostfile or --slurm")
         return run_fleet_top(args)
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UsageError(
-            "the live monitor needs a terminal; for text output use `gputop snapshot`"
-            + (" (`gputop replay DIR` for a recording)" if getattr(args, "replay", None) else "")
-        )
     if getattr(args, "replay", None):
-        return _run_replay(args)
+        return _run_replay(args)  # the recording first: a bad one is its own one line
+    _need_terminal("")
     from gputop.tui.early_start import EarlySampler
 
     # No cyclic garbage collection until the first frames are drawn (the app collects once
@@ -97,6 +93,12 @@ def run(args: argparse.Namespace) -> int:
 MAX_REPLAY_SAMPLES = 20_000
 
 
+def _need_terminal(hint: str) -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("the live monitor needs a terminal; for text output use "
+                         f"`gputop snapshot`{hint}")
+
+
 def _run_replay(args: argparse.Namespace) -> int:
     """`gputop top --replay DIR`: the monitor's screen over a recording."""
     from itertools import islice
@@ -113,7 +115,12 @@ def _run_replay(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         raise UsageError(str(exc), exit_code=1) from None
     if not snapshots:
-        raise UsageError(f"{args.replay} holds no sample that could be replayed", exit_code=1)
+        raise UsageError(f"{args.replay} holds no sample that could be replayed"
+                         + (f": {replay.problems[0]}" if replay.problems else ""), exit_code=1)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        for line in replay.problems:  # what the screen would have skipped, named all the same
+            print(f"gputop: replay: {line}", file=sys.stderr)
+    _need_terminal(" (`gputop replay DIR` for a recording)")
     from gputop.tui.app import GputopApp
     from gputop.tui.replay_feed import ReplayFeed
 

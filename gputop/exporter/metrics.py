@@ -6,8 +6,8 @@ dcgm-exporter, percent for utilization, MHz, the NVML clock-event bitmask, with 
 for a GPU (``gpu``, ``UUID``, ``modelName``), so a dcgm-exporter dashboard moves over by
 renaming the metric (and ``* 1048576`` for memory); `GPU_METRICS` lists the dcgm-exporter and
 nvitop-exporter counterpart of each (the README prints it as a table). Labels never hold a pid,
-a command line or any free text: a series per GPU, per training job (by GPU and rank) and per
-finding id.
+a command line or any free text: a series per GPU, per training job (by its job, its owner's
+uid, rank and GPU) and per finding id.
 
 As dcgm-exporter does, a MIG device has series of its own with ``GPU_I_ID`` and
 ``GPU_I_PROFILE`` (empty on whole GPUs), and a GPU (or MIG device) whose processes all belong
@@ -31,6 +31,7 @@ from gputop.diagnostics.findings import SEVERITY_RANK
 from gputop.mig_view import instance_gpu, instance_processes
 from gputop.model import Efficiency, GpuSample, HostSample, MigSample, ProcSample, Snapshot
 from gputop.process_info import OWNER_LABELS, label_values
+from gputop.validate import real
 
 GPU_LABELS = ["gpu", "UUID", "modelName", "GPU_I_ID", "GPU_I_PROFILE", *OWNER_LABELS]
 # NVML's clock-event ("throttle") reason bits, as gputop.collect.nvml names them.
@@ -142,7 +143,8 @@ HOST_METRICS: tuple[tuple[str, str, Callable[[HostSample], float | None]], ...] 
     ("gputop_host_network_transmit_bytes_per_second", "Network transmit rate (bytes/s)",
      lambda h: h.net_tx_bps),
 )
-JOB_LABELS = ["gpu", "rank"]
+JOB_LABELS = ["job_id", "uid", "rank", "gpu"]  # the job and its owner first: see _jobs
+# ("job_id", not "job": Prometheus sets "job" to the scrape job and would rename ours.)
 
 
 @dataclass
@@ -260,9 +262,29 @@ def host_families(host: HostSample) -> list[Metric]:
     return families
 
 
-def _jobs(snap: Snapshot) -> dict[tuple[str, str], ProcSample]:
-    """Training processes with the gputop agent, keyed by (first GPU, rank). Two processes
-    with one key (two jobs sharing a GPU, without ranks): the one stepping faster is shown."""
+def job_identity(p: ProcSample) -> str:
+    """The job a process belongs to, for its series: the Slurm job of its cgroup (which the
+    process cannot leave), else the job its agent names (torchrun's run id, Slurm's from the
+    environment), else the process itself (its pid and start time: a new process under a
+    reused pid is a new series). The agent's word only ever names series of its own uid."""
+    if p.owner is not None and p.owner.slurm_job:
+        return f"slurm:{p.owner.slurm_job}"
+    claimed = (p.agent or {}).get("job_id")
+    if isinstance(claimed, str) and not claimed.startswith("launcher:") and \
+            not (claimed.startswith("slurm:") and p.owner is not None and p.owner.slurm_claim):
+        return claimed[:128]
+    started = int(p.create_time) if p.create_time is not None else 0
+    return f"pid:{p.pid}@{started}"
+
+
+JobKey = tuple[str, str, str, str]  # (job id, uid, rank, gpu): JOB_LABELS' order
+
+
+def _jobs(snap: Snapshot) -> dict[JobKey, ProcSample]:
+    """Training processes with the gputop agent, keyed by their job, their owner's uid, rank
+    and first GPU. The uid is part of the key, so no process writes another user's series,
+    whatever it claims (a job id, a rank, a step rate); two processes of one user with one key
+    (the same job and rank twice): the one that started first keeps it."""
     seen: dict[int, tuple[str, ProcSample]] = {}
     for g in snap.gpus:
         for p in g.processes:
@@ -271,25 +293,25 @@ def _jobs(snap: Snapshot) -> dict[tuple[str, str], ProcSample]:
     for p in snap.other_processes:
         if p.agent and p.pid not in seen:
             seen[p.pid] = ("", p)
-    jobs: dict[tuple[str, str], ProcSample] = {}
+    jobs: dict[JobKey, ProcSample] = {}
     for gpu, p in seen.values():
         rank = p.agent.get("rank")
-        key = (gpu, "" if not isinstance(rank, int) else str(rank))
+        rank_label = str(rank) if isinstance(rank, int) and not isinstance(rank, bool) else ""
+        key = (job_identity(p), "" if p.uid is None else str(p.uid), rank_label, gpu)
         other = jobs.get(key)
-        if other is None or _rate(p) > _rate(other):
+        if other is None or _older(p, other):
             jobs[key] = p
     return jobs
 
 
-def _rate(p: ProcSample) -> float:
-    value = (p.agent or {}).get("steps_per_s")
-    return float(value) if isinstance(value, (int, float)) else -1.0
+def _older(p: ProcSample, other: ProcSample) -> bool:
+    return (p.create_time or float("inf"), p.pid) < (other.create_time or float("inf"), other.pid)
 
 
-def _number(agent: dict, key: str) -> float | None:
-    value = agent.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
+def _value(agent: dict, key: str) -> float | None:
+    # The agent's reply was checked where it was read (gputop.agent_status): what is here is
+    # in range; this only turns it into a float for the family.
+    return real(agent.get(key))
 
 
 def job_families(snap: Snapshot) -> list[Metric]:
@@ -303,18 +325,18 @@ def job_families(snap: Snapshot) -> list[Metric]:
                              labels=JOB_LABELS)
     steps = CounterMetricFamily("gputop_job_steps", "Optimizer steps since the job started",
                                 labels=JOB_LABELS)
-    for (gpu, rank), p in sorted(_jobs(snap).items()):
+    for key, p in sorted(_jobs(snap).items()):
         agent = p.agent or {}
-        labels = [gpu, rank]
+        labels = list(key)
         for family, key in ((rate, "steps_per_s"), (wait, "dataloader_wait_share")):
-            value = _number(agent, key)
+            value = _value(agent, key)
             if value is not None:
                 family.add_metric(labels, value)
         for quantile, key in (("0.5", "step_time_p50_s"), ("0.95", "step_time_p95_s")):
-            value = _number(agent, key)
+            value = _value(agent, key)
             if value is not None:
                 step.add_metric([*labels, quantile], value)
-        count = _number(agent, "steps")
+        count = _value(agent, "steps")
         if count is not None:
             steps.add_metric(labels, count)
     return [rate, step, wait, steps]
@@ -346,16 +368,16 @@ def efficiency_families(snap: Snapshot) -> list[Metric]:
                                   "Seconds of the job's life by where they went (productive, "
                                   "startup, dataloader, capture, checkpoint, stall, hang)",
                                   labels=[*JOB_LABELS, "category"])
-    for (gpu, rank), p in sorted(_jobs(snap).items()):
+    for key, p in sorted(_jobs(snap).items()):
         eff = p.efficiency
         if eff is None:
             continue
         for family, (_, _, value) in zip(families, EFFICIENCY_METRICS):
             v = value(eff)
             if v is not None:
-                family.add_metric([gpu, rank], float(v))
+                family.add_metric(list(key), float(v))
         for category, value in eff.goodput_s.items():
-            seconds.add_metric([gpu, rank, category], value)
+            seconds.add_metric([*key, category], value)
     return [*families, seconds]
 
 

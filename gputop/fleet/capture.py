@@ -21,6 +21,7 @@ import msgspec
 from gputop.fleet.ssh import SshSettings
 from gputop.fleet.wire import MAX_TEXT, one_line
 from gputop.format import safe_text
+from gputop.validate import real
 
 MAX_REPLY = 16 << 20  # bytes of `capture --json` output (metrics of a big trace: ~1 MB)
 MAX_STDERR = 8192
@@ -146,10 +147,6 @@ def parse_reply(host: str, pid: int, data: bytes) -> RemoteCapture:
     return RemoteCapture(host, pid, safe_text(trace), one_line(verdict, 64), analysis, skipped)
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
 
@@ -175,7 +172,7 @@ def _analysis(reply: dict) -> tuple[object | None, list[str]]:
             id=fid, severity=severity, title=_text(item.get("title")),
             evidence=_text(item.get("evidence")), fix=_text(item.get("fix")),
             next_step=_text(item.get("next_step")),
-            cost_s=float(cost) if _number(cost) and 0 <= cost < 1e9 else 0.0,
+            cost_s=real(cost, 0.0, 1e9) or 0.0,
             gpu=item.get("gpu") if _whole(item.get("gpu")) else None,
             pid=item.get("pid") if _whole(item.get("pid")) else None,
             where=_text(item.get("where")) or None))

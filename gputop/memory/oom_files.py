@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
-from gputop.memory.report import ReportError
+from gputop.memory.report import MemoryReport, ReportError, read_report
 from gputop.protocol import AgentError, default_capture_dir, socket_dir
 
 MAX_POINTER = 4096
@@ -38,29 +39,63 @@ def _pointer(pid: int) -> str | None:
     return text
 
 
-def _newest_in(directory: Path, pid: int) -> str | None:
-    best: tuple[int, str] | None = None
+MAX_CANDIDATES = 16  # reports of one pid tried, newest first
+FUTURE_S = 86400.0  # a stamp further ahead than this is no time a report was written
+
+
+def _candidates(directory: Path, pid: int) -> list[str]:
+    """The reports named for ``pid`` in ``directory``, newest stamp first (at most
+    ``MAX_CANDIDATES``; a stamp in the future is a forgery's, never the newest)."""
+    found: list[tuple[int, str]] = []
+    limit = (time.time() + FUTURE_S) * 1000
     try:
         entries = os.scandir(directory)
     except OSError:
-        return None
+        return []
     with entries:
         for entry in entries:
-            found = _REPORT_NAME.match(entry.name)
-            if found is None or int(found.group(1)) != pid:
+            match = _REPORT_NAME.match(entry.name)
+            if match is None or int(match.group(1)) != pid:
                 continue
-            stamp = int(found.group(2))
-            if best is None or stamp > best[0]:
-                best = (stamp, entry.path)
-    return None if best is None else best[1]
+            stamp = int(match.group(2))
+            if stamp <= limit:
+                found.append((stamp, entry.path))
+    return [path for _, path in sorted(found, reverse=True)[:MAX_CANDIDATES]]
+
+
+def _owners(pid: int) -> frozenset[int]:
+    """Whose report of ``pid`` is believed: the process's user while it runs, the caller (whose
+    process it was, if it is gone) and root."""
+    uids = {os.geteuid(), 0}
+    try:
+        uids.add(os.stat(f"/proc/{pid}").st_uid)
+    except OSError:
+        pass
+    return frozenset(uids)
 
 
 def oom_report_of(pid: int) -> str | None:
-    """The newest out-of-memory report of ``pid``, or None."""
+    """The newest out-of-memory report of ``pid`` that can be trusted, or None."""
+    found = last_oom_of(pid)
+    return None if found is None else found[0]
+
+
+def last_oom_of(pid: int) -> tuple[str, MemoryReport] | None:
+    """The newest trusted out-of-memory report of ``pid`` and its path: the pointer in the
+    caller's own socket folder, else the capture folder's reports named for the pid. A file is
+    believed only if owned by the process's user or root (``_owners``), not through another
+    user's link, and naming the same pid; the others are passed over."""
+    owners = _owners(pid)
     pointed = _pointer(pid)
-    if pointed is not None and os.path.isfile(pointed):
-        return pointed
-    return _newest_in(default_capture_dir(), pid)
+    paths = ([pointed] if pointed is not None else []) + _candidates(default_capture_dir(), pid)
+    for path in paths:
+        try:
+            report = read_report(path, owners=owners)
+        except ReportError:
+            continue
+        if report.pid == pid and report.kind == "oom":
+            return path, report
+    return None
 
 
 def resolve_target(target: str) -> str:
@@ -74,7 +109,21 @@ def resolve_target(target: str) -> str:
         if found is None:
             raise ReportError(
                 f"no out-of-memory report for pid {pid} (looked for {socket_dir()}/{pid}.oom "
-                f"and {default_capture_dir()}/*_{pid}.*.oom.json): its agent saw no "
-                "out-of-memory error, or the job ran without the agent (gputop run)")
+                f"and {default_capture_dir()}/*_{pid}.*.oom.json owned by its user or root): "
+                "its agent saw no out-of-memory error, or the job ran without the agent "
+                "(gputop run)")
         return found
     return text
+
+
+def read_last_oom(target: str) -> tuple[str, MemoryReport]:
+    """``--last-oom PID-or-FILE`` read: by pid, the trusted report found for it (read once, so
+    what was checked is what is shown); a file, read as ``read_report`` reads a path."""
+    text = target.strip()
+    if text.isdigit():
+        path = resolve_target(text)  # its errors name what was looked for
+        found = last_oom_of(int(text))
+        if found is None:  # it changed since: the same answer as no report at all
+            raise ReportError(f"no out-of-memory report for pid {text} any more ({path})")
+        return found
+    return text, read_report(text)

@@ -36,7 +36,16 @@ def growth_line(report: MemoryReport) -> str | None:
     top = report.growth[0]
     where = _place(top)
     return safe_text(f"{where} keeps +{size(top.bytes_per_step)} per step (memory capture "
-                     f"of pid {report.pid}, {time.strftime('%H:%M:%S', time.localtime(report.time))})")
+                     f"of pid {report.pid}, {_clock(report.time, '%H:%M:%S')})")
+
+
+def _clock(t: float, fmt: str) -> str:
+    """A report's time as a clock; one no calendar shows is "time unknown" (the decoder
+    refuses such reports, this keeps a report made in memory from raising)."""
+    try:
+        return time.strftime(fmt, time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return "time unknown"
 
 
 def peak_line(report: MemoryReport) -> str | None:
@@ -137,7 +146,7 @@ def _oom(report: MemoryReport) -> list[str]:
     o = report.oom
     if o is None:
         return []
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.time))
+    when = _clock(report.time, "%Y-%m-%d %H:%M:%S")
     out = [f"Out of memory in pid {report.pid} on {report.device} at step {o.step} ({when}): "
            f"{o.exception}" + ("" if o.fatal else " (seen by the allocator; the job may have "
                                                   "caught it)")]

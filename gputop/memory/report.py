@@ -151,8 +151,9 @@ class MemoryReport(msgspec.Struct, frozen=True, kw_only=True):
     kind: Literal["capture", "oom"]
     pid: Annotated[int, msgspec.Meta(ge=1, le=1 << 31)]
     host: Short = ""
-    time: float
-    process_started: float | None = None
+    # Times a calendar can show (1970 to 9999): 1e308 or -1e18 would break every clock shown.
+    time: Annotated[float, msgspec.Meta(ge=0, lt=253402300800)]
+    process_started: Annotated[float, msgspec.Meta(ge=0, lt=253402300800)] | None = None
     torch: Short = ""
     device: Device
     source: Literal["profiler", "allocator-history", "allocator-state", "process"]
@@ -200,18 +201,31 @@ def decode_report(data: bytes, name: str = "the report") -> MemoryReport:
     return report
 
 
-def read_report(path: str, owner_uid: int | None = None) -> MemoryReport:
-    """Read a report file: a regular file of at most ``MAX_REPORT_BYTES``; with
-    ``owner_uid`` (another user's agent named it), owned by that user and not a link."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+def read_report(path: str, owner_uid: int | None = None,
+                owners: frozenset[int] | None = None) -> MemoryReport:
+    """Read a report file: a regular file of at most ``MAX_REPORT_BYTES``.
+
+    ``owner_uid`` (another user's agent named it): owned by that user and not a link.
+    ``owners`` (found by a pid in a shared folder): owned by one of these uids and not a link.
+    A link is followed only when it is the caller's own; a file that is not the caller's own
+    that is refused or is no report gets an error that says nothing of its content."""
     if owner_uid is not None:
-        flags |= os.O_NOFOLLOW
-        try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                raise ReportError(f"{path}: not a regular file; not read for another user's "
-                                  "agent")
-        except OSError:
-            pass  # the open says what is wrong
+        owners = frozenset({owner_uid})
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    me = os.geteuid()
+    try:
+        link = os.lstat(path)
+    except OSError:
+        link = None  # the open says what is wrong
+    if owners is not None or (link is not None and stat.S_ISLNK(link.st_mode)
+                              and link.st_uid != me):
+        flags |= os.O_NOFOLLOW  # another user's link is never followed
+        if link is not None and stat.S_ISLNK(link.st_mode) and link.st_uid != me:
+            raise ReportError(f"{path}: a symbolic link of uid {link.st_uid}; another user's "
+                              "link is not followed")
+        if link is not None and not stat.S_ISREG(link.st_mode):
+            raise ReportError(f"{path}: not a regular file; not read"
+                              + (" for another user's agent" if owner_uid is not None else ""))
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -220,9 +234,12 @@ def read_report(path: str, owner_uid: int | None = None) -> MemoryReport:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ReportError(f"{path}: not a regular file")
-        if owner_uid is not None and st.st_uid != owner_uid:
-            raise ReportError(f"{path}: owned by uid {st.st_uid}, not by the agent's uid "
-                              f"{owner_uid}; not read")
+        if owners is not None and st.st_uid not in owners:
+            whose = ("the agent's uid" if owner_uid is not None else
+                     "the process's user or root: uid " + ", ".join(map(str, sorted(owners))))
+            raise ReportError(f"{path}: owned by uid {st.st_uid}, not by {whose}"
+                              + (f" {owner_uid}" if owner_uid is not None else "")
+                              + "; not read")
         if st.st_size > MAX_REPORT_BYTES:
             raise ReportError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB; not a "
                               "gputop memory report")
@@ -236,6 +253,11 @@ def read_report(path: str, owner_uid: int | None = None) -> MemoryReport:
         raise ReportError(f"{path}: {_os_reason(exc)}") from None
     finally:
         os.close(fd)
+    if st.st_uid not in (me, 0) or owners is not None:
+        try:
+            return decode_report(data, path)
+        except ReportError:  # whose content it is not ours to describe
+            raise ReportError(f"{path}: not a gputop memory report") from None
     return decode_report(data, path)
 
 

@@ -9,7 +9,7 @@ import subprocess
 
 from gputop.fleet.capture import RemoteCapture, RemoteCaptureError, run_remote_capture
 from gputop.fleet.ssh import SshSettings
-from gputop.fleet.wire import WireError, decode_snapshot, one_line
+from gputop.snapshot_json import WireError, decode_snapshot, one_line
 
 SNAPSHOT_TIMEOUT_S = 30.0
 MAX_SNAPSHOT = 16 * 1024 * 1024

@@ -102,8 +102,10 @@ def format_report(summary: dict[str, Any], rec: Recording, width: int = 72) -> s
     for f in summary["findings"]:
         where = " ".join(x for x in (f"GPU {f['gpu']:.0f}" if f.get("gpu") is not None else "",
                                      f"pid {f['pid']:.0f}" if f.get("pid") is not None else "") if x)
-        out.append(f"  +{f['time'] - start:7.0f}s {f['state']:<8} {f['severity']:<8} {f['id']:<17} "
-                   f"{where}: {f['evidence']}")
+        # The reader skips parts with empty ids, states or severities; text here all the same.
+        state, severity, fid = (str(f.get(k) or "?") for k in ("state", "severity", "id"))
+        out.append(f"  +{f['time'] - start:7.0f}s {state:<8} {severity:<8} {fid:<17} "
+                   f"{where}: {f.get('evidence') or ''}")
     for title, rows in (_series(rec, width, process_rows(rec, summary)) if width > 0 else []):
         out.append("")
         out.append(f"{title}, {_clock(summary['start'])} .. {_clock(summary['end'])}")

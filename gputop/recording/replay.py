@@ -17,24 +17,33 @@ import math
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pandas as pd
 
 from gputop.model import GpuSample, Snapshot
 from gputop.recording.store import (
     AGENT_COLUMNS,
     GPU_COLUMNS,
     GPU_EXTRA_COLUMNS,
+    Recording,
     RecordingError,
+    Spans,
+    gaps,
+    part_number,
     read_meta,
     read_recording,
     read_snapshot_part,
     snapshot_parts,
 )
+from gputop.recording.untrusted import part_rows
 from gputop.snapshot_json import MAX_GPUS, MAX_PROCESSES, WireError, decode_snapshot, one_line
+from gputop.validate import number
 
+_num = partial(number, parse=True)  # a cell of an older recording's table
 MAX_NOTES = 20  # skipped rows are named up to this many, then counted
 _INT_FIELDS = {name for name, kind in typing.get_type_hints(GpuSample).items()
                if kind == int | None}
@@ -51,6 +60,7 @@ class Replay:
     count: int  # snapshots it holds (before any is skipped)
     problems: list[str] = field(default_factory=list)  # parts and rows that were skipped
     _skipped: int = 0
+    _tables: Recording | None = None  # an older recording's tables, read once
 
     @property
     def host(self) -> str:
@@ -92,8 +102,13 @@ class Replay:
             self.problems.append("skipped more samples (not named)")
 
     def _from_snapshots(self) -> Iterator[bytes]:
+        spans: Spans = {}
         for part in snapshot_parts(self.path):
             frame = read_snapshot_part(part, self.path, self.problems)
+            number = part_number(part)
+            if number is not None:
+                spans[number] = None if frame.empty else (float(frame["time"].min()),
+                                                          float(frame["time"].max()))
             for text in frame["snapshot"] if not frame.empty else ():
                 if isinstance(text, str):
                     yield text.encode()
@@ -101,10 +116,12 @@ class Replay:
                     yield text
                 else:
                     self._skip("a sample that is not JSON text")
+        # Parts missing (a number skipped) or unreadable: the time they leave without samples.
+        self.problems.extend(gaps(spans, "_snapshots/"))
 
     def _from_tables(self) -> Iterator[bytes]:
-        rec = read_recording(self.path)
-        self.problems.extend(rec.bad_parts)
+        rec, self._tables = self._tables or read_recording(self.path), None
+        self.problems.extend(rec.bad_parts + rec.gaps)
         yield from rebuilt_snapshots(rec.meta, rec.gpus, rec.processes, rec.host)
 
 
@@ -116,50 +133,38 @@ def open_replay(path: Path) -> Replay:
     meta = read_meta(path)
     parts = snapshot_parts(path)
     if parts:
-        count = 0
-        for part in parts:
-            try:
-                import pyarrow.parquet as pq
-
-                count += pq.ParquetFile(part).metadata.num_rows
-            except Exception:  # named when the part is read
-                continue
+        # The footers only, each file checked first (a FIFO is not opened to wait on it).
+        count = sum(part_rows(part) or 0 for part in parts)
         return Replay(path, meta, "snapshots", count)
     rec = read_recording(path)  # raises when it holds no readable samples
     times = set(rec.gpus["time"]) if "time" in rec.gpus else set()
     times |= set(rec.host["time"]) if "time" in rec.host else set()
-    return Replay(path, meta, "tables", len(times))
+    return Replay(path, meta, "tables", len(times), _tables=rec)
 
 
 # -- older recordings: snapshots rebuilt from the tables ---------------------------------------
 
 
-def _number(value: Any, integer: bool = False) -> float | int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return None
-    if not math.isfinite(value):
-        return None
-    return int(value) if integer else float(value)
-
-
-def _rows_by_time(frame) -> dict[float, list[dict[str, Any]]]:
-    out: dict[float, list[dict[str, Any]]] = {}
+def _rows_by_time(frame) -> dict[float, Any]:
+    """Row positions of each sample time (the rows themselves are made one sample at a time,
+    so a large table is never turned into dicts all at once)."""
     if frame.empty or "time" not in frame:
-        return out
-    for row in frame.to_dict("records"):
-        t = _number(row.get("time"))
-        if t is not None:
-            out.setdefault(t, []).append(row)
-    return out
+        return {}
+    times = pd.to_numeric(frame["time"], errors="coerce")
+    return {float(t): positions for t, positions in times.groupby(times).indices.items()
+            if _num(t) is not None}
+
+
+def _records(frame, positions, limit: int) -> list[dict[str, Any]]:
+    if positions is None:
+        return []
+    return frame.iloc[positions[:limit]].to_dict("records")
 
 
 def _gpu_json(row: dict[str, Any]) -> dict[str, Any]:
     events = row.get("clock_events")
     data: dict[str, Any] = {
-        "index": _number(row.get("gpu"), integer=True),
+        "index": _num(row.get("gpu"), integer=True),
         "name": row.get("name") if isinstance(row.get("name"), str) else None,
         "uuid": row.get("uuid") if isinstance(row.get("uuid"), str) else None,
         "lost": bool(row.get("lost")) if row.get("lost") is not None else False,
@@ -167,30 +172,30 @@ def _gpu_json(row: dict[str, Any]) -> dict[str, Any]:
     }
     for name in (*GPU_COLUMNS, *GPU_EXTRA_COLUMNS):
         if name in row:
-            data[name] = _number(row[name], integer=name in _INT_FIELDS)
+            data[name] = _num(row[name], integer=name in _INT_FIELDS)
     return data
 
 
 def _process_json(row: dict[str, Any]) -> dict[str, Any]:
     """A process row as the snapshot's JSON: its workers only by count and total CPU (each
     gets the mean), no pid of their own; the agent's columns as its telemetry."""
-    n_workers = _number(row.get("workers"), integer=True) or 0
+    n_workers = _num(row.get("workers"), integer=True) or 0
     n_workers = max(0, min(n_workers, MAX_PROCESSES))
-    total = _number(row.get("workers_cpu_percent")) or 0.0
+    total = _num(row.get("workers_cpu_percent")) or 0.0
     workers = [{"pid": 0, "name": "worker", "cpu_percent": total / n_workers, "rss": None,
                 "state": ""} for _ in range(n_workers)]
-    agent = {name: _number(row.get(name), integer=name == "steps") for name in AGENT_COLUMNS}
+    agent = {name: _num(row.get(name), integer=name == "steps") for name in AGENT_COLUMNS}
     agent = {k: v for k, v in agent.items() if v is not None}
     name = row.get("name") if isinstance(row.get("name"), str) else "?"
     command = row.get("command") if isinstance(row.get("command"), str) else ""
     data = {
-        "pid": _number(row.get("pid"), integer=True),
+        "pid": _num(row.get("pid"), integer=True),
         "name": name,
         "cmdline": command,
         "visible": bool(row.get("visible", True)),
-        "cpu_percent": _number(row.get("cpu_percent")),
-        "rss": _number(row.get("rss"), integer=True),
-        "gpu_mem": _number(row.get("gpu_mem"), integer=True),
+        "cpu_percent": _num(row.get("cpu_percent")),
+        "rss": _num(row.get("rss"), integer=True),
+        "gpu_mem": _num(row.get("gpu_mem"), integer=True),
         "workers": workers,
     }
     if agent:
@@ -208,21 +213,22 @@ def rebuilt_snapshots(meta: dict[str, Any], gpus, processes, host) -> Iterator[b
               "cuda_version": _text(meta.get("cuda_version")),
               "simulated": _text(meta.get("simulated"))}
     for t in sorted(set(gpu_rows) | set(host_rows)):
-        h = (host_rows.get(t) or [{}])[0]
+        h = (_records(host, host_rows.get(t), 1) or [{}])[0]
         by_gpu: dict[int | None, list[dict[str, Any]]] = {}
-        for row in proc_rows.get(t, []):
-            gpu = _number(row.get("gpu"), integer=True)
+        # More rows than a sample may hold are not made into dicts: the sample is refused.
+        for row in _records(processes, proc_rows.get(t), MAX_PROCESSES * 2):
+            gpu = _num(row.get("gpu"), integer=True)
             by_gpu.setdefault(gpu, []).append(_process_json(row))
         gpus_json = []
-        for row in gpu_rows.get(t, [])[:MAX_GPUS + 1]:
+        for row in _records(gpus, gpu_rows.get(t), MAX_GPUS + 1):
             data = _gpu_json(row)
             data["processes"] = by_gpu.get(data["index"], [])
             gpus_json.append(data)
         yield _encoder.encode({
             "time": t,
-            "host": {"hostname": hostname, **{k: _number(h.get(k)) for k in
+            "host": {"hostname": hostname, **{k: _num(h.get(k)) for k in
                                                ("cpu_percent", "iowait", "load_1")},
-                     "memory_used": _number(h.get("memory_used"), integer=True)},
+                     "memory_used": _num(h.get("memory_used"), integer=True)},
             "driver": driver,
             "gpus": gpus_json,
             "processes": by_gpu.get(None, []),

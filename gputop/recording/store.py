@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,12 @@ import pyarrow.parquet as pq
 from gputop import __version__
 from gputop.efficiency import GOODPUT_KEYS
 from gputop.model import Efficiency, Snapshot
+from gputop.recording.untrusted import (
+    MAX_TABLE_ROWS,
+    UntrustedFile,
+    read_json,
+    read_parquet,
+)
 from gputop.snapshot_json import snapshot_to_json
 
 TABLES = ("gpus", "processes", "host", "findings")
@@ -60,6 +68,9 @@ OWNER_COLUMNS = ("runtime", "container_id", "pod_uid", "pod", "namespace", "cont
 EFFICIENCY_COLUMNS = ("mfu", "achieved_flops", "peak_flops", "flops_per_step",
                       "samples_per_step", "goodput", "j_per_step", "j_per_sample")
 GOODPUT_COLUMNS = {key: f"goodput_{key}_s" for key in GOODPUT_KEYS}
+_TEXT_COLUMNS = frozenset({"name", "uuid", "clock_events", "command", "precision", "device",
+                           "snapshot", "id", "state", "severity", "title", "evidence", "fix",
+                           "next_step", "host", "where", "job", *OWNER_COLUMNS})
 
 
 class RecordingError(Exception):
@@ -182,6 +193,39 @@ def snapshot_row(snap: Snapshot) -> dict[str, Any]:
             "snapshot": _snapshot_encoder.encode(snapshot_to_json(snap)).decode()}
 
 
+# The type of every column whatever one part holds: a column with only empty values in a part
+# would be typed "null" there, and pyarrow then cannot read the table's parts as one dataset
+# (pandas.read_parquet(rec/_processes): "Unsupported cast from double to null").
+_INT_COLUMNS = frozenset({"gpu", "pid", "workers", "gpu_instance", "ns_pid", "host_pid", "rank"})
+_BOOL_COLUMNS = frozenset({"lost", "visible"})
+
+
+def _column_type(name: str) -> pa.DataType:
+    if name in _INT_COLUMNS:
+        return pa.int64()
+    if name in _BOOL_COLUMNS:
+        return pa.bool_()
+    if name in _TEXT_COLUMNS:
+        return pa.string()
+    return pa.float64()
+
+
+def typed_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """The rows as a table whose columns have one type in every part (``_column_type``)."""
+    table = pa.Table.from_pylist(rows)
+    for i, column in enumerate(table.schema):
+        want = _column_type(column.name)
+        if column.type != want and (pa.types.is_null(column.type)
+                                    or pa.types.is_integer(column.type)
+                                    or pa.types.is_floating(column.type)):
+            try:
+                table = table.set_column(i, pa.field(column.name, want),
+                                         table.column(i).cast(want))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass  # keep what it is: the reader checks every part
+    return table
+
+
 @dataclass
 class Recorder:
     """Buffers rows and writes them as Parquet parts under ``path``."""
@@ -222,7 +266,7 @@ class Recorder:
         if not any(self._buffers.values()):
             return
         name = f"part-{self._part + 1:06d}.parquet"
-        tables = [(self.path / _SUBDIR[table] / name, pa.Table.from_pylist(rows))
+        tables = [(self.path / _SUBDIR[table] / name, typed_table(rows))
                   for table, rows in self._buffers.items() if rows]
         try:
             _write_parts(tables)
@@ -275,6 +319,7 @@ class Recording:
     host: pd.DataFrame
     findings: pd.DataFrame
     bad_parts: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)  # time ranges no readable sample covers
 
 
 # Columns a part must have to be summarized (every part this version writes has them).
@@ -299,7 +344,9 @@ NUMERIC = {
     "snapshots": {"time"},
 }
 NOT_EMPTY = {"gpus": {"time", "gpu"}, "processes": {"time", "pid", "workers"},
-             "host": {"time"}, "findings": {"time"}, "snapshots": {"time", "snapshot"}}
+             "host": {"time"}, "findings": {"time", "id", "severity", "state"},
+             "snapshots": {"time", "snapshot"}}
+FLAGS = {"gpus": {"lost"}, "processes": {"visible"}}  # True/False (or nothing)
 TEXT = {"gpus": {"name", "uuid", "clock_events"}, "processes": {"name", "command", "user"},
         "host": set(), "findings": {"id", "state", "severity", "title", "evidence"},
         "snapshots": {"snapshot"}}
@@ -324,23 +371,31 @@ def _bad_values(frame: pd.DataFrame, table: str) -> str | None:
     if len(times) and not (TIME_RANGE[0] <= times.min() and times.max() < TIME_RANGE[1]):
         return "times out of range (before 1970 or after 9999)"
     for column in sorted(TEXT[table] & set(frame.columns)):
-        if not frame[column].map(lambda v: v is None or isinstance(v, str)
-                                 or (isinstance(v, float) and v != v)).all():
+        values = frame[column]
+        if values.dtype == object:  # inferred in C: a Python check per row took seconds
+            text = pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty")
+        else:
+            text = pd.api.types.is_string_dtype(values.dtype) or bool(values.isna().all())
+        if not text:
             return f"column {column} holds values that are not text"
+    for column in sorted(FLAGS.get(table, set()) & set(frame.columns)):
+        values = frame[column]
+        kind = pd.api.types.infer_dtype(values, skipna=True)
+        if kind not in ("boolean", "empty"):
+            return f"column {column} holds {kind} values, not true or false"
     return None
 
 
 def _read_part(part: Path, root: Path, bad: list[str], table: str) -> pd.DataFrame | None:
-    """One part of a table, or None (and its name in ``bad``) when it cannot be read."""
+    """One part of a table, or None (and its name in ``bad``) when it cannot be read: a part is
+    untrusted (``recording.untrusted``: regular, bounded, its footer checked before its data)."""
     try:
-        if not part.is_file():
-            raise OSError("not a regular file")
-        frame = pq.read_table(part).to_pandas()
-    except pa.ArrowException:
-        bad.append(f"{part.relative_to(root)} (not a complete Parquet file)")
+        frame = read_parquet(part).to_pandas()
+    except UntrustedFile as exc:
+        bad.append(f"{part.relative_to(root)} ({exc})")
         return None
-    except (OSError, ValueError) as exc:
-        bad.append(f"{part.relative_to(root)} ({getattr(exc, 'strerror', None) or exc})")
+    except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
+        bad.append(f"{part.relative_to(root)} ({' '.join(str(exc).split())[:160]})")
         return None
     missing = REQUIRED[table] - set(frame.columns)
     if missing:
@@ -353,19 +408,76 @@ def _read_part(part: Path, root: Path, bad: list[str], table: str) -> pd.DataFra
     return frame
 
 
-def _read_table(directory: Path, root: Path, bad: list[str], table: str) -> pd.DataFrame:
-    """Every readable part of one table; the unreadable ones are named in ``bad``."""
-    frames = [frame for part in sorted(directory.glob("part-*.parquet"))
-              if (frame := _read_part(part, root, bad, table)) is not None]
+_PART = re.compile(r"^part-([0-9]{1,9})\.parquet$")
+Spans = dict[int, "tuple[float, float] | None"]  # part number -> its time span (None: unread)
+
+
+def part_number(part: Path) -> int | None:
+    found = _PART.match(part.name)
+    return int(found.group(1)) if found else None
+
+
+def _read_table(directory: Path, root: Path, bad: list[str], table: str,
+                spans: Spans | None = None) -> pd.DataFrame:
+    """Every readable part of one table, up to ``MAX_TABLE_ROWS`` rows; the unreadable ones are
+    named in ``bad``. ``spans`` gets each part's time span (None for a part not read)."""
+    frames, rows = [], 0
+    for part in sorted(directory.glob("part-*.parquet")):
+        number = part_number(part)
+        frame = None
+        if rows >= MAX_TABLE_ROWS:
+            bad.append(f"{part.relative_to(root)} (not read: a table is read up to "
+                       f"{MAX_TABLE_ROWS} rows)")
+        else:
+            frame = _read_part(part, root, bad, table)
+        if number is not None and spans is not None:
+            spans[number] = None if frame is None or frame.empty else (
+                float(frame["time"].min()), float(frame["time"].max()))
+        if frame is not None:
+            frames.append(frame)
+            rows += len(frame)
     if not frames:
         return pd.DataFrame()
+    # One schema for every part (a column all-null in one part is typed as in the others).
     return pd.concat(frames, ignore_index=True)
+
+
+def gaps(spans: Spans, where: str) -> list[str]:
+    """The runs of parts of a table that are missing (a number skipped) or unreadable, each
+    with the time range no sample covers: "gap: no samples from 12:00:30 to 12:01:30 (...)"."""
+    if not spans:
+        return []
+    good = {n: span for n, span in spans.items() if span is not None}
+    out, run = [], []
+    for n in range(1, max(spans) + 1):
+        if n in good:
+            if run:
+                out.append(_gap_line(run, good, where))
+                run = []
+        else:
+            run.append(n)
+    if run:
+        out.append(_gap_line(run, good, where))
+    return out
+
+
+def _gap_line(run: list[int], good: dict[int, tuple[float, float]], where: str) -> str:
+    before = [good[n][1] for n in good if n < run[0]]
+    after = [good[n][0] for n in good if n > run[-1]]
+    names = f"part-{run[0]:06d}" + (f" to part-{run[-1]:06d}" if len(run) > 1 else "")
+    start = _clock(max(before)) if before else "the start"
+    end = _clock(min(after)) if after else "the end"
+    return f"gap: no samples from {start} to {end} ({where}{names} missing or unreadable)"
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def read_meta(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads((path / "_meta.json").read_text())
-    except (OSError, ValueError) as exc:
+        meta = read_json(path / "_meta.json")
+    except UntrustedFile as exc:
         raise RecordingError(f"cannot read {path / '_meta.json'}: {exc}") from None
     if not isinstance(meta, dict):
         raise RecordingError(f"{path / '_meta.json'} is not a gputop recording's meta "
@@ -381,14 +493,17 @@ def read_recording(path: Path) -> Recording:
         raise RecordingError(f"{path} is not a gputop recording (no {path / '_meta.json'})")
     meta = read_meta(path)
     bad: list[str] = []
+    spans: dict[str, Spans] = {t: {} for t in TABLES}
     try:
-        tables = {t: _read_table(path / _SUBDIR[t], path, bad, t) for t in TABLES}
+        tables = {t: _read_table(path / _SUBDIR[t], path, bad, t, spans[t]) for t in TABLES}
     except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc}") from None
+    # A sample has a host row in every part: a part number without one is a gap in time.
+    holes = gaps(spans["host"] or spans["gpus"], "_host/" if spans["host"] else "")
     if tables["gpus"].empty and tables["host"].empty:
         why = f"; unreadable: {', '.join(bad)}" if bad else " (nothing was flushed)"
         raise RecordingError(f"{path} holds no readable samples{why}")
-    return Recording(path, meta, **tables, bad_parts=bad)
+    return Recording(path, meta, **tables, bad_parts=bad, gaps=holes)
 
 
 def snapshot_parts(path: Path) -> list[Path]:

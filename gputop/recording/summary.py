@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -242,10 +241,12 @@ def default_metrics_path(recording: Path) -> Path:
 
 def load_metrics(path: Path) -> dict[str, Any]:
     """Metrics of a recording directory or of a ``metrics.json`` file."""
-    if path.is_file():
+    if not path.is_dir():  # a file (or a FIFO, a device: refused unread, never waited on)
+        from gputop.recording.untrusted import UntrustedFile, read_json
+
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            data = read_json(path)
+        except UntrustedFile as exc:
             raise RecordingError(f"cannot read {path}: {exc}") from None
         if not isinstance(data, dict) or "throughput_steps_per_s" not in data:
             raise RecordingError(f"{path} is not a gputop metrics.json")

@@ -478,16 +478,12 @@ class CaptureController(Widget):
         """A process with the agent that is gone may have died of an out-of-memory error: its
         agent then wrote a report."""
         tell = self._teller()
-        from gputop.memory.oom_files import oom_report_of
-        from gputop.memory.report import ReportError, read_report
+        from gputop.memory.oom_files import last_oom_of
 
-        path = oom_report_of(pid)
-        if path is None:
+        found = last_oom_of(pid)  # only a report its user (or root) wrote, naming this pid
+        if found is None:
             return
-        try:
-            report = read_report(path)
-        except ReportError:
-            return
+        path, report = found
         if report.kind != "oom" or (started is not None and report.time < started - 1.0):
             return  # an earlier process's, with the same pid
         tell(OomFound(pid, report, path))

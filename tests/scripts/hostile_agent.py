@@ -32,11 +32,25 @@ def make_target(kind: str, home: str) -> str:
     return path
 
 
+def absurd_status() -> dict:
+    """A status meant to take over a victim's job series (issue 37): no rank, the fastest
+    steps, and every number outside its meaning."""
+    return {"ok": True, "pid": os.getpid(), "rank": None, "job_id": "launcher:1",
+            "steps": -5, "steps_per_s": 1e9, "step_time_p50_s": -1.0,
+            "step_time_p95_s": 1e300, "dataloader_wait_share": 7.5, "sync_wait_share": -0.5,
+            "host_busy_share": 3.0,
+            "goodput": {"goodput": 1.0, "seconds": {"productive": 0.0, "stall": 5.0,
+                                                    "hang": 5.0}},
+            "flops": {"state": "done", "last": {"ok": True, "flops_per_step": 1e30,
+                                                "precision": "fp32", "samples_per_step": 1}}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--uid", type=int, required=True)
     parser.add_argument("--kind", required=True,
-                        choices=["fifo", "devzero", "symlink", "sparse", "rootfile", "escapes"])
+                        choices=["fifo", "devzero", "symlink", "sparse", "rootfile", "escapes",
+                                 "absurd"])
     args = parser.parse_args()
     if os.geteuid() == 0:
         os.setgroups([])
@@ -48,7 +62,7 @@ def main() -> None:
         os.mkdir(directory, 0o700)
     except FileExistsError:
         pass
-    trace = None if args.kind == "escapes" else make_target(args.kind, home)
+    trace = None if args.kind in ("escapes", "absurd") else make_target(args.kind, home)
     path = os.path.join(directory, f"{os.getpid()}.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
@@ -71,6 +85,8 @@ def main() -> None:
             elif cmd == "capture":
                 reply = {"ok": False, "error": "busy\x1b[2J",
                          "message": "pwned\x1b]0;owned\x07\x1b[2J\u202e"}
+            elif args.kind == "absurd":
+                reply = absurd_status()
             else:
                 reply = {"ok": True, "pid": os.getpid(), "steps": 0}
             conn.sendall(json.dumps(reply).encode() + b"\n")

@@ -305,8 +305,10 @@ def _open_checked(path: str, limits: LoadLimits) -> int:
 
 
 def _decode(path: str, raw: bytes | bytearray) -> TraceFile | list[Event]:
-    if not raw or raw.isspace():  # (strip() would copy the whole trace)
+    if not raw:
         raise TraceError(f"{path}: empty file, not a trace")
+    if raw.isspace():  # (strip() would copy the whole trace)
+        raise TraceError(f"{path}: only white space ({len(raw)} bytes), not a trace")
     try:
         return _DECODER.decode(raw)
     except msgspec.ValidationError:

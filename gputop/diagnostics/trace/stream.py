@@ -91,6 +91,7 @@ class EventSplitter:
                  first: bytes = b"", window: int = WINDOW, max_window: int = MAX_WINDOW) -> None:
         self._read, self._decode = read, decode
         self._buf, self._eof = first, False
+        self._skipped_any = False  # white space seen before the document (see _start)
         self.window, self.max_window = window, max_window
         self.header: bytes | None = None
         self.events_bytes = 0
@@ -112,6 +113,8 @@ class EventSplitter:
         comma = False
         while True:
             stripped = self._buf.lstrip(_SPACE)
+            if len(stripped) != len(self._buf):
+                self._skipped_any = True
             if not comma and stripped[:1] == b",":
                 stripped, comma = stripped[1:].lstrip(_SPACE), True
             self._buf = stripped
@@ -124,7 +127,10 @@ class EventSplitter:
         self._skip()
         self._fill(READ)
         if not self._buf.strip():
-            raise StreamError("empty", "empty file, not a trace")
+            # Whitespace was skipped on the way: say whether there was any (1 GiB of spaces
+            # is not an empty file).
+            what = "only white space" if self._skipped_any else "empty file"
+            raise StreamError("empty", f"{what}, not a trace")
         if self._buf[:1] == b"[":
             self._buf = self._buf[1:]
             return b"["
