@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gputop.agent.compile_watch import CompileWatch
 from gputop.agent.flops import FlopCount
 from gputop.agent.goodput import GoodputLedger, wrap_torch_save
 from gputop.agent.info import distributed_info, hello
@@ -34,6 +35,9 @@ from gputop.agent.torch_hooks import TorchHooks, after_import
 __all__ = ["install", "shutdown", "socket_path", "is_multiprocessing_child"]
 
 _install_lock = threading.Lock()
+# GPUTOP_COMPILE_WATCH=0 turns the torch.compile tracking off (benchmarks/bench_compile.py
+# compares the step time with it on and off).
+_COMPILE_WATCH = os.environ.get("GPUTOP_COMPILE_WATCH", "1") != "0"
 _agent: _Agent | None = None
 
 
@@ -80,6 +84,8 @@ class _Agent:
         self.server: AgentServer | None = None
         self.server_error: str | None = None
         self.pids = PidInfo()  # its pid namespace and host pid, in a container
+        telemetry = self.telemetry
+        self.compile = CompileWatch(lambda: telemetry.steps)  # torch.compile's health
 
     def _capturing(self) -> bool:
         return self.capture.job is not None or self.memory.job is not None
@@ -197,6 +203,14 @@ class _Agent:
                             else self.capture.status())
         reply["flops"] = self.flops.status()
         reply["goodput"] = self.telemetry.ledger.status()
+        if _COMPILE_WATCH:
+            try:
+                compiled = self.compile.status()
+            except Exception as exc:  # never lose the rest of the status to it
+                self.telemetry.record_error(exc)
+                compiled = None
+            if compiled is not None:
+                reply["compile"] = compiled
         reply["agent_errors"] = self.telemetry.errors
         if self.telemetry.last_error:
             reply["last_agent_error"] = self.telemetry.last_error
@@ -236,6 +250,8 @@ def install(dormant: bool | None = None) -> Path | None:
                 atexit.register(agent.at_exit)
                 agent.oom.install()  # out-of-memory errors that end the job: their report
                 after_import("torch", agent.torch_imported)
+                if _COMPILE_WATCH:
+                    after_import("torch._dynamo", agent.compile.dynamo_imported)
             except Exception as exc:
                 agent.telemetry.record_error(exc)
             _agent = agent
@@ -279,6 +295,7 @@ def shutdown() -> None:
     agent.flops.abandon()
     agent.telemetry.enabled = False
     agent.hooks.remove()
+    agent.compile.remove()
     agent._unwrap_save()
     if agent.server is not None:
         agent.server.close()
