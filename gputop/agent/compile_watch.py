@@ -55,6 +55,10 @@ _STRIDE = re.compile(r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<dim
 _DTYPE = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>dtype|device|requires_grad|"
                     r"dispatch key set) mismatch")
 _ZERO_ONE = re.compile(r"^2 <= (?P<name>[\w.\[\]'\"]+?)\.size\(\)\[(?P<dim>\d+)\]")
+# A Python value dynamo made a constant: "___stack0 == 1.79  # h = h / (scale + 1.0)  #
+# i41/tests/scripts/compile_jobs.py:50 in torch_dynamo_resume_in_forward_at_49"
+_VALUE = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>[-+\w.]+)\s+# (?P<code>.*?)\s+# "
+                    r"(?P<where>\S+:\d+)")
 _LIMIT = re.compile(r"recompile.?limit|cache.?size.?limit", re.IGNORECASE)
 
 
@@ -84,6 +88,11 @@ def describe_change(reason: str) -> str:
     m = _DTYPE.search(body)
     if m:
         return f"{m['what']} of `{m['name']}` changed"
+    m = _VALUE.search(body)
+    if m:
+        name = m["name"] if not m["name"].startswith("___") else "a Python value"
+        return (f"{name} used in `{m['code'].strip()[:80]}` ({m['where'].rsplit('/', 1)[-1]}) "
+                f"was {m['value']}, a constant of the graph, and changed")
     m = _ZERO_ONE.search(body)
     if m:
         return f"size of `{m['name']}` dim {m['dim']} became 0 or 1 (specialised apart)"
@@ -107,6 +116,7 @@ class CompileWatch:
         self._blocked: deque[tuple[float, float, str, str, bool]] = deque(maxlen=MAX_BLOCKED)
         self._blocked_total = [0.0, 0.0]  # all, after warm-up
         self._recordings: dict[str, int] = {}  # compile id -> CUDA-graph recordings
+        self._rerecords: deque[float] = deque(maxlen=32)  # when a compile id recorded again
         self._registered = False
         self._callbacks: tuple[Any, Any] | None = None
         self.compiles = 0
@@ -149,6 +159,8 @@ class CompileWatch:
             if trigger == "CUDAGRAPH_RECORDING":
                 if cid in self._recordings or len(self._recordings) < 4096:
                     self._recordings[cid] = self._recordings.get(cid, 0) + 1
+                    if self._recordings[cid] > 1:
+                        self._rerecords.append(round(time.time(), 3))
             if started is None:
                 return
             seconds = time.perf_counter() - started[0]
@@ -343,6 +355,7 @@ class CompileWatch:
             "breaks": breaks,
             "blocked": blocked[-MAX_BLOCKED:],
             "cudagraph": {"recordings": sum(recordings.values()), "rerecords": rerecords,
+                          "rerecord_times": [t for t in self._rerecords if t > now - RECENT_S],
                           "skips": counters.get("inductor", {}).get("cudagraph_skips", 0)}
             if recordings or counters.get("inductor") else None,
             "counters": counters,

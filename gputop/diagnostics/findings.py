@@ -39,6 +39,12 @@ CATALOGUE: dict[str, str] = {
     "host-bound": "the GPU idles while the training thread runs its own code (Python, "
                   "bookkeeping) outside the DataLoader",
     "mfu-drop": "MFU far below the job's own best window",
+    # torch.compile's health (issue 41), from the agent.
+    "recompiles": "a compiled function recompiles while the job runs (its inputs change)",
+    "graph-breaks": "compiled code returns to Python at graph breaks on every call",
+    "compile-fallback": "a compiled function hit the recompile limit and now runs eager",
+    "compile-stall": "steps blocked on torch.compile after warm-up",
+    "cudagraph-rerecord": "CUDA graphs re-recorded while the job runs",
 }
 
 
