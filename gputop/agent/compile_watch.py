@@ -123,6 +123,7 @@ class CompileWatch:
         self.recompiles = 0
         self.fallbacks = 0
         self.errors = 0
+        self.limit: int | None = None  # the recompile limit, as the training thread sees it
 
     # --- the training thread, while it compiles ----------------------------------------------
 
@@ -146,6 +147,8 @@ class CompileWatch:
     def _on_start(self, args: Any) -> None:
         try:
             key = (getattr(args.callback_trigger, "name", "?"), str(args.compile_id))
+            # dynamo's config is per thread (2.13): the training thread's limit is the one
+            self.limit = _limit_value()
             if len(self._open) < 64:
                 self._open[key] = (time.perf_counter(), int(self._steps()))
         except Exception:
@@ -254,7 +257,11 @@ class CompileWatch:
         if _LIMIT.search(fail):
             info["fallback"] = True
             self.fallbacks += 1
-            self._event("fallback", info, when, reason, frame_id, limit=_limit_value())
+            said = re.search(r"currently set to (\d+)",
+                             str(getattr(m, "fail_reason", "") or "")[:2000])
+            if said:
+                self.limit = int(said.group(1))
+            self._event("fallback", info, when, reason, frame_id, limit=self._limit())
             return
         self.compiles += 1
         info["compiles"] += 1
@@ -263,6 +270,9 @@ class CompileWatch:
             self.recompiles += 1
             info["last_reason"] = describe_change(reason) if reason else None
             self._event("recompile", info, when, reason, frame_id)
+
+    def _limit(self) -> int | None:
+        return self.limit if self.limit is not None else _limit_value()
 
     def _event(self, kind: str, info: dict[str, Any], when: float, reason: str,
                frame_id: str, **extra: Any) -> None:
@@ -339,7 +349,7 @@ class CompileWatch:
             "compiles": self.compiles,
             "recompiles": self.recompiles,
             "fallbacks": self.fallbacks,
-            "recompile_limit": _limit_value(),
+            "recompile_limit": self._limit(),
             "graph_breaks": len(self._breaks),
             "compile_s": round(self._blocked_total[0] or sum(
                 f["compile_s"] for f in self._frames.values()), 3),

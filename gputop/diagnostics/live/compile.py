@@ -114,8 +114,9 @@ def _recompiles(ctx: _Context, gpu: int | None, pid: int, data: dict[str, Any]) 
         group = groups.setdefault(key, {"frames": {}, "last": None, "entry": None})
         frame = _str(e.get("frame"), 12)
         group["frames"][frame] = group["frames"].get(frame, 0) + 1
-        if group["entry"] is None or name == _root(name):
-            group["entry"] = e  # the function itself over its resume functions
+        entry = group["entry"]
+        if entry is None or (name == _root(name) and _function(entry) != name):
+            group["entry"] = e  # its first, the function itself over its resume functions
         if _num(e.get("t")) >= _num((group["last"] or {}).get("t"), -1):
             group["last"] = e
     if not groups:
