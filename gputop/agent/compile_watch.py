@@ -45,7 +45,8 @@ MAX_BLOCKED = 128  # compile intervals kept (the monitor sums the recent ones)
 MAX_TEXT = 200
 WARMUP_STEPS = 2  # a first compile after this many optimizer steps is no longer warm-up
 _SEEN = 1024
-_OWN = str(Path(__file__).resolve().parent) + "/"  # gputop/agent/  # compile metrics already read (keys), to take each once
+_OWN = str(Path(__file__).resolve().parent) + "/"  # gputop/agent/
+_TORCH = "/torch/"  # a frame in torch's own files (a path holds it: site-packages/torch/...)  # compile metrics already read (keys), to take each once
 
 _RESUME = re.compile(r"torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
 _SIZE = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>\d+)\. "
@@ -378,6 +379,9 @@ def _where(info: dict[str, Any]) -> dict[str, Any]:
     """A frame's user function: a resume function after a graph break is named after the
     function it continues ("forward (after line 14)")."""
     name = info.get("name") or "?"
+    if _TORCH in str(info.get("file") or ""):
+        # torch.compile(module) compiles torch's own wrapper of the module's call
+        name = f"{name} (torch's call of a compiled nn.Module)"
     m = _RESUME.match(name)
     if m:
         name = f"{m['name']} (after line {m['line']})"
