@@ -49,11 +49,11 @@ _OWN = str(Path(__file__).resolve().parent) + "/"  # gputop/agent/
 _TORCH = "/torch/"  # a frame in torch's own files (a path holds it: site-packages/torch/...)  # compile metrics already read (keys), to take each once
 
 _RESUME = re.compile(r"torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
-_SIZE = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<dim>\d+)\. "
+_SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)\. "
                    r"expected (?P<old>\d+), actual (?P<new>\d+)")
-_STRIDE = re.compile(r"tensor '(?P<name>[^']+)' stride mismatch at index (?P<dim>\d+)\. "
+_STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>\d+)\. "
                      r"expected (?P<old>\d+), actual (?P<new>\d+)")
-_DTYPE = re.compile(r"tensor '(?P<name>[^']+)' (?P<what>dtype|device|requires_grad|"
+_DTYPE = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|"
                     r"dispatch key set) mismatch")
 _ZERO_ONE = re.compile(r"^2 <= (?P<name>[\w.\[\]'\"]+?)\.size\(\)\[(?P<dim>\d+)\]")
 # A Python value dynamo made a constant: "___stack0 == 1.79  # h = h / (scale + 1.0)  #
@@ -116,7 +116,8 @@ class CompileWatch:
         # training thread, read on the socket thread (deque appends are atomic)
         self._blocked: deque[tuple[float, float, str, str, bool]] = deque(maxlen=MAX_BLOCKED)
         self._blocked_total = [0.0, 0.0]  # all, after warm-up
-        self._recordings: dict[str, int] = {}  # compile id -> CUDA-graph recordings
+        self._recordings: dict[str, list[int]] = {}  # compile id -> [recordings, first step]
+        self.rerecords = 0
         self._rerecords: deque[float] = deque(maxlen=32)  # when a compile id recorded again
         self._registered = False
         self._callbacks: tuple[Any, Any] | None = None
@@ -161,10 +162,7 @@ class CompileWatch:
             cid = str(args.compile_id)
             started = self._open.pop((trigger, cid), None)
             if trigger == "CUDAGRAPH_RECORDING":
-                if cid in self._recordings or len(self._recordings) < 4096:
-                    self._recordings[cid] = self._recordings.get(cid, 0) + 1
-                    if self._recordings[cid] > 1:
-                        self._rerecords.append(round(time.time(), 3))
+                self._recorded(cid, started[1] if started is not None else int(self._steps()))
             if started is None:
                 return
             seconds = time.perf_counter() - started[0]
@@ -178,6 +176,20 @@ class CompileWatch:
                 self._blocked_total[1] += seconds
         except Exception:
             self.errors += 1
+
+    def _recorded(self, cid: str, step: int) -> None:
+        """A CUDA-graph recording for compile id ``cid``. Its forward and backward record
+        under the same id in one step; a recording in a later step (or a second one of an
+        inference loop, which counts no steps) is a re-record: an input changed."""
+        seen = self._recordings.get(cid)
+        if seen is None:
+            if len(self._recordings) < 4096:
+                self._recordings[cid] = [1, step]
+            return
+        seen[0] += 1
+        if step != seen[1] or step == 0:
+            self.rerecords += 1
+            self._rerecords.append(round(time.time(), 3))
 
     def remove(self) -> None:
         """Unregister the callbacks (tests, benchmarks, the agent's shutdown)."""
@@ -343,8 +355,7 @@ class CompileWatch:
         if self._callbacks is None:
             unavailable.append("seconds blocked in compilation of backwards and CUDA-graph "
                                "recordings (no torch._dynamo.callback: torch < 2.6)")
-        recordings = dict(self._recordings)
-        rerecords = sum(n - 1 for n in recordings.values() if n > 1)
+        recordings = sum(n for n, _ in list(self._recordings.values()))
         return {
             "torch": _text(getattr(sys.modules.get("torch"), "__version__", "?"), 40),
             "compiles": self.compiles,
@@ -365,7 +376,7 @@ class CompileWatch:
             "events": [e for e in self._events if e["t"] > now - RECENT_S],
             "breaks": breaks,
             "blocked": blocked[-MAX_BLOCKED:],
-            "cudagraph": {"recordings": sum(recordings.values()), "rerecords": rerecords,
+            "cudagraph": {"recordings": recordings, "rerecords": self.rerecords,
                           "rerecord_times": [t for t in self._rerecords if t > now - RECENT_S],
                           "skips": counters.get("inductor", {}).get("cudagraph_skips", 0)}
             if recordings or counters.get("inductor") else None,
