@@ -62,6 +62,7 @@ def world(tmp_path_factory, share_process):
              "--step-ms", "50"], env, stderr=subprocess.DEVNULL))
             for case, backend in CASES.items()}
         watch = Watch(env)
+        watch.env = env
         share_process(watch.proc)
         try:
             yield jobs, watch
@@ -69,6 +70,10 @@ def world(tmp_path_factory, share_process):
             end_popen(watch.proc)
             for job in jobs.values():
                 end_popen(job)
+
+
+def world_env(world) -> dict[str, str]:
+    return world[1].env
 
 
 def _compile_status(pid: int) -> dict | None:
@@ -143,3 +148,22 @@ def test_healthy_compiled_job_raises_nothing(world):
     assert compiled["recompiles"] == 0 and compiled["graph_breaks"] == 0, compiled
     assert compiled["functions"][0]["function"] == "forward"
     assert status["flops"].get("last", {}).get("error") in (None, "unsupported")
+
+
+@pytest.mark.timeout(6 * SLOW)
+def test_snapshot_json_lists_compiled_functions(world):
+    jobs, watch = world
+    pid = jobs["limit"].pid
+    wait_for(lambda: watch.raised("compile-fallback", pid), timeout=4 * SLOW, interval=0.5)
+    result = subprocess.run([sys.executable, "-m", "gputop", "snapshot", "--json"],
+                            capture_output=True, text=True, timeout=SLOW, cwd=REPO,
+                            env=dict(world_env(world)))
+    assert result.returncode == 0, result.stderr
+    procs = {p["pid"]: p for p in json.loads(result.stdout)["processes"]}
+    compiled = procs[pid]["compiled"]
+    assert compiled["fallbacks"] >= 1 and compiled["recompiles"] >= 1
+    forward = next(f for f in compiled["functions"] if f["function"] == "forward")
+    assert forward["fallback"] is True and forward["line"] == _line_of("def forward")
+    text = subprocess.run([sys.executable, "-m", "gputop", "snapshot"], capture_output=True,
+                          text=True, timeout=SLOW, cwd=REPO, env=dict(world_env(world)))
+    assert "torch.compile:" in text.stdout and "hit the limit, runs eager" in text.stdout
