@@ -65,7 +65,9 @@ def main() -> int:
     threading.Thread(target=poll, daemon=True).start()
 
     def tracking(on: bool) -> None:
-        agent_pkg._COMPILE_WATCH = on
+        from gputop.agent.process import COMPILE_WATCH
+
+        COMPILE_WATCH[0] = on
         if on:
             agent.compile._registered = False
             agent.compile.dynamo_imported()

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from gputop.agent.client import agent_status
+from gputop.client.agents import agent_status
 from tests.conftest import REPO, SLOW, end_popen, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world
 

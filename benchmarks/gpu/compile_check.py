@@ -85,7 +85,7 @@ def child(args: argparse.Namespace) -> int:
 
 
 def _compile_of(pid: int) -> dict | None:
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     try:
         status = agent_status(pid, timeout=5.0)
