@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model, with epochs of 7 batches and a last "
+                             "smaller one: it recompiles on the last batch (the `recompiles` "
+                             "finding)")
     args = parser.parse_args(argv)
 
     # A clean exit on SIGTERM, at a step boundary: atexit handlers run and the agent removes
@@ -119,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             self.kernel = torch.full((3, 1, 5, 5), 1.0 / 25)
 
         def __len__(self) -> int:
-            return 100_000
+            # Compiled: 7 full batches and a last one of 7 samples, a new shape.
+            return 7 * args.batch_size + 7 if args.compile else 100_000
 
         def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
             g = torch.Generator().manual_seed(args.seed * 1_000_003 + index)
@@ -141,6 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         nn.Linear(32, 10),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    forward = model
+    if args.compile:
+        if hasattr(torch._dynamo.config, "automatic_dynamic_local_pgo"):
+            torch._dynamo.config.automatic_dynamic_local_pgo = False  # as a first run does
+        # Static shapes, as a model compiled for its batch size is: the last batch recompiles.
+        def step_forward(images: torch.Tensor) -> torch.Tensor:
+            return model(images)
+
+        forward = torch.compile(step_forward, backend="eager", dynamic=False)
     loader = DataLoader(
         AugmentedImages(args.transform_passes),
         batch_size=args.batch_size,
@@ -151,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             for images, labels in loader:
-                loss = nn.functional.cross_entropy(model(images), labels)
+                loss = nn.functional.cross_entropy(forward(images), labels)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

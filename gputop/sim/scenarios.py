@@ -118,6 +118,9 @@ class GpuBehaviour:
     unsupported: frozenset[str] = frozenset()
     extra_pids: int = 0  # processes NVML reports that the host cannot see (containers)
     mig: tuple[MigSlice, ...] = ()  # MIG mode on, with these MIG devices (issue 29)
+    # Its stand-in is the real torch trainer compiled with torch.compile, whose last batch of
+    # each epoch is smaller (a recompile: issue 41), when torch is installed.
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         _scenario(
             "tour",
-            "10 GPUs, a different problem on each",
+            "11 GPUs, a different problem on each",
             [
                 GpuBehaviour("input-starved", A100, "starved", workers=2),
                 GpuBehaviour("host-sync", A100, "sync"),
@@ -220,6 +223,7 @@ SCENARIOS: dict[str, Scenario] = {
                 GpuBehaviour("healthy", L40S, "trainer", workers=1, lost_after=20.0),
                 GpuBehaviour("host-bound", H100, "busy"),
                 GpuBehaviour("tiny-kernels", H100, "busy"),
+                GpuBehaviour("healthy", H100, "trainer", compiled=True),
             ],
         ),
     ]
