@@ -211,19 +211,20 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         _scenario(
             "tour",
-            "11 GPUs, a different problem on each",
+            "10 GPUs, a different problem on each",
             [
                 GpuBehaviour("input-starved", A100, "starved", workers=2),
                 GpuBehaviour("host-sync", A100, "sync"),
                 GpuBehaviour("throttled", H100, "trainer", workers=1),
                 GpuBehaviour("memory-leak", H100, "trainer", workers=1),
                 GpuBehaviour("pcie-bound", H100, "trainer", workers=1),
-                GpuBehaviour("healthy", H100, "trainer", workers=1, extra_pids=1),
+                # shared, and its job (the real torch trainer) compiled: it recompiles on the
+                # last batch of each epoch
+                GpuBehaviour("healthy", H100, "trainer", workers=1, extra_pids=1, compiled=True),
                 GpuBehaviour("idle", L40S, "idle"),
                 GpuBehaviour("healthy", L40S, "trainer", workers=1, lost_after=20.0),
                 GpuBehaviour("host-bound", H100, "busy"),
                 GpuBehaviour("tiny-kernels", H100, "busy"),
-                GpuBehaviour("healthy", H100, "trainer", compiled=True),
             ],
         ),
     ]
