@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         nn.Linear(32, 10),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    forward = model
+    forward: Callable[[torch.Tensor], torch.Tensor] = model
     if args.compile:
         if hasattr(torch._dynamo.config, "automatic_dynamic_local_pgo"):
             torch._dynamo.config.automatic_dynamic_local_pgo = False  # as a first run does

@@ -35,8 +35,9 @@ MAX_ITEMS = 64  # list entries read from one reply
 def _procs(ctx: _Context) -> list[tuple[int | None, ProcSample, dict[str, Any]]]:
     snap = ctx.window[-1]
     seen: set[int] = set()
-    out = []
-    placed = [(g.index, p) for g in snap.gpus for p in g.processes]
+    out: list[tuple[int | None, ProcSample, dict[str, Any]]] = []
+    placed: list[tuple[int | None, ProcSample]] = [
+        (g.index, p) for g in snap.gpus for p in g.processes]
     placed += [(None, p) for p in snap.other_processes]
     for gpu, p in placed:
         data = (p.agent or {}).get("compile") if isinstance(p.agent, dict) else None
