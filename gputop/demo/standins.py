@@ -44,7 +44,7 @@ def standin_command(scenario: Scenario, index: int, parent: int, trainer: bool =
                 "--num-workers", str(gpu.workers)]
     if gpu.compiled and trainer and torch_available():  # torch.compile's recompile (issue 41)
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
-                "--compile", "--transform-passes", "1", "--num-workers", str(gpu.workers)]
+                "--compile", "--transform-passes", "1", "--step-sleep-ms", "100"]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
             "--workers", str(gpu.workers), "--parent", str(parent),
             *(["--origin", repr(origin)] if origin is not None else [])]

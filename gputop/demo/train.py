@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
+    parser.add_argument("--step-sleep-ms", type=float, default=0.0,
+                        help="sleep after each step (a light job beside the others)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model, with epochs of 7 batches and a last "
                              "smaller one: it recompiles on the last batch (the `recompiles` "
@@ -104,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     # its socket.
     stop = StopFlag()
     end_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid(), stop)
+
+    if args.compile:
+        # A light job beside the tour's others: its start (torch's import, the compile) must
+        # not take the CPU the input-starved trainer's workers need.
+        os.nice(10)
 
     import gputop.agent
 
@@ -171,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                 loss.backward()
                 optimizer.step()
                 step += 1
+                if args.step_sleep_ms:
+                    time.sleep(args.step_sleep_ms / 1000)
                 if stop.is_set() or (args.steps and step >= args.steps):
                     return 0
     except KeyboardInterrupt:
