@@ -112,6 +112,34 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
+class CompiledFunction:
+    """A function torch.compile compiled in a process (``gputop.compile_health``)."""
+
+    function: str
+    file: str | None = None
+    line: int | None = None
+    compiles: int = 0
+    recompiles: int = 0
+    fallback: bool = False  # hit the recompile limit: runs eager now
+
+
+@dataclass(frozen=True)
+class CompileHealth:
+    """torch.compile in a process, from its agent (issue 41): compiles, recompiles, graph
+    breaks, recompile-limit fallbacks, seconds blocked compiling, CUDA-graph re-recordings."""
+
+    compiles: int = 0
+    recompiles: int = 0
+    fallbacks: int = 0
+    graph_breaks: int = 0
+    compile_s: float = 0.0
+    blocked_after_warmup_s: float = 0.0
+    cudagraph_rerecords: int | None = None
+    functions: tuple[CompiledFunction, ...] = ()
+    unavailable: tuple[str, ...] = ()  # what this torch does not expose
+
+
+@dataclass(frozen=True)
 class ProcSample:
     """A process that uses a GPU, with its children measured by psutil.
 
@@ -146,6 +174,7 @@ class ProcSample:
     hidden: str | None = None
     efficiency: Efficiency | None = None  # MFU, goodput, J/step (issue 30)
     uid: int | None = None  # the real uid: whose series the exporter's job series are
+    compiled: CompileHealth | None = None  # torch.compile's health (issue 41)
 
     @property
     def tree_cpu_percent(self) -> float:

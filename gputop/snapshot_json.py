@@ -28,7 +28,7 @@ MAX_WORKERS = 1024  # per process
 
 # Fields written to JSON only when set, so the schema of a plain host stays as it was.
 _OPTIONAL_PROC = ("agent", "ns_pid", "host_pid", "owner", "gpu_instance", "compute_instance",
-                  "hidden", "efficiency", "uid")
+                  "hidden", "efficiency", "uid", "compiled")
 
 
 def _proc_to_json(proc: ProcSample) -> dict[str, Any]:

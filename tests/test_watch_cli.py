@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import subprocess
@@ -28,6 +29,8 @@ TOUR_S = 45  # past the idle GPU's start-up allowance (30 s) and the lost GPU (2
 TOUR = {0: {"dataloader-stall"}, 1: {"host-sync"}, 2: {"throttling"}, 3: {"memory-growth"},
         4: {"pcie-bound"}, 5: {"contention"}, 6: {"gpu-idle"}, 7: {"hardware-errors"},
         8: {"host-bound"}, 9: {"launch-bound"}}
+# GPU 5's job is the real torch trainer, compiled (issue 41), when torch is installed.
+TOUR[5] = {"contention", "recompiles"} if importlib.util.find_spec("torch") else {"contention"}
 
 
 class Watch:

@@ -50,6 +50,7 @@ def install(dormant: bool | None = None) -> Path | None:
                 atexit.register(agent.at_exit)
                 agent.oom.install()  # out-of-memory errors that end the job: their report
                 after_import("torch", agent.torch_imported)
+                after_import("torch._dynamo", agent.compile.dynamo_imported)  # torch.compile
             except Exception as exc:
                 agent.telemetry.record_error(exc)
             _agent = agent
@@ -93,6 +94,7 @@ def shutdown() -> None:
     agent.flops.abandon()
     agent.telemetry.enabled = False
     agent.hooks.remove()
+    agent.compile.remove()
     agent._unwrap_save()
     if agent.server is not None:
         agent.server.close()

@@ -95,6 +95,23 @@ class _NoModuleTracker:
         return None
 
 
+# Calling torch.compile'd code under a TorchDispatchMode (FlopCounterMode is one) turns dynamo
+# off for the rest of the process in torch 2.13: compiled functions, new and old, then run eager
+# (tests/test_compile_watch.py). A compiled job is never counted.
+COMPILED = ("the job uses torch.compile: counting FLOPs under a dispatch mode would stop its "
+            "compiled code (torch runs it eager afterwards), so it is not counted")
+
+
+def uses_torch_compile() -> bool:
+    """Whether dynamo has compiled a frame in this process (its counters say so)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        frames = utils.counters.get("frames") if utils is not None else None
+        return bool(frames and frames.get("total", 0) > 0)
+    except Exception:
+        return True  # unsure: leave the job alone
+
+
 def _counter(deadline: float, on_stop: Callable[[], None]) -> Any:
     """A FlopCounterMode that counts per precision, stops at ``deadline`` (then calls
     ``on_stop``) and never raises."""
@@ -222,6 +239,8 @@ class FlopCount:
             return _error("unsupported", f"this torch has no FlopCounterMode: {exc}"[:300])
         if self._capture_busy():
             return _error("busy", "a profiler capture is running; count FLOPs after it")
+        if uses_torch_compile():
+            return _error("unsupported", COMPILED)
         if not self.arm("request", self.telemetry.steps):
             with self._lock:
                 if self.trigger == "request":
@@ -268,6 +287,9 @@ class FlopCount:
         try:
             if self.state == "armed":
                 if self.telemetry.steps >= self.start_after and not self._capture_busy():
+                    if uses_torch_compile():
+                        self._done({"ok": False, "error": "unsupported", "message": COMPILED})
+                        return
                     self._start(now)
             elif self.state == "counting":
                 self._finish(now)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop.agent.children import in_dataloader_worker
+from gputop.agent.compile_watch import CompileWatch
 from gputop.agent.flops import FlopCount
 from gputop.agent.goodput import GoodputLedger, wrap_torch_save
 from gputop.agent.info import distributed_info, hello
@@ -24,6 +25,10 @@ from gputop.agent.profiling import CaptureController
 from gputop.agent.server import AgentServer
 from gputop.agent.telemetry import StepTelemetry
 from gputop.agent.torch_hooks import TorchHooks
+
+# GPUTOP_COMPILE_WATCH=0 turns the torch.compile tracking off (benchmarks/bench_compile.py
+# compares the step time with it on and off, switching it here).
+COMPILE_WATCH = [os.environ.get("GPUTOP_COMPILE_WATCH", "1") != "0"]
 
 
 class Agent:
@@ -43,6 +48,8 @@ class Agent:
         self.server: AgentServer | None = None
         self.server_error: str | None = None
         self.pids = PidInfo()  # its pid namespace and host pid, in a container
+        telemetry = self.telemetry
+        self.compile = CompileWatch(lambda: telemetry.steps)  # torch.compile's health
 
     def _capturing(self) -> bool:
         return self.capture.job is not None or self.memory.job is not None
@@ -160,6 +167,14 @@ class Agent:
                             else self.capture.status())
         reply["flops"] = self.flops.status()
         reply["goodput"] = self.telemetry.ledger.status()
+        if COMPILE_WATCH[0]:
+            try:
+                compiled = self.compile.status()
+            except Exception as exc:  # never lose the rest of the status to it
+                self.telemetry.record_error(exc)
+                compiled = None
+            if compiled is not None:
+                reply["compile"] = compiled
         reply["agent_errors"] = self.telemetry.errors
         if self.telemetry.last_error:
             reply["last_agent_error"] = self.telemetry.last_error

@@ -13,6 +13,7 @@ from gputop.collect.containers import PerProcess, read_owner
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.pidmap import PidResolver, Resolved
+from gputop.compile_health import compile_health
 from gputop.efficiency import EfficiencyTracker
 from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot
 from gputop.pidns import in_init_pidns, ns_pid
@@ -87,12 +88,13 @@ class Sampler:
                 gi, ci = instances.get(pid, (None, None))
                 rows.append(_with(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid),
                                   gpu_instance=gi, compute_instance=ci,
-                                  efficiency=efficiency.get(pid)))
+                                  efficiency=efficiency.get(pid),
+                                  compiled=compile_health(base.agent)))
             gpus.append(_with(sample, processes=tuple(rows)))
         shown = {p.pid for p in measured.values()} | gpu_pids
         others = tuple(
             _with(self._identify(self.host.sample_process(pid)), agent=status,
-                  efficiency=efficiency.get(pid))
+                  efficiency=efficiency.get(pid), compiled=compile_health(status))
             for pid, status in sorted(agents.items())
             if pid not in shown and status.get("pid") in (pid, None)
         )

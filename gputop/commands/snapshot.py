@@ -115,6 +115,11 @@ def _proc_lines(proc: ProcSample, gpu: int | None, width: int) -> list[str]:
 
         lines.extend(f"{'':>13}{truncate(safe_text(line), max(20, width - 13))}"
                      for line in long_lines(proc.efficiency))
+    if proc.compiled is not None:  # torch.compile's health (issue 41)
+        from gputop.compile_health import compile_lines
+
+        lines.extend(f"{'':>13}{truncate(safe_text(line), max(20, width - 13))}"
+                     for line in compile_lines(proc.compiled))
     for i, w in enumerate(proc.workers):
         branch = "└─" if i == len(proc.workers) - 1 else "├─"
         lines.append(

@@ -42,6 +42,9 @@ def standin_command(scenario: Scenario, index: int, parent: int, trainer: bool =
     if index == 0 and gpu.kind == "input-starved" and trainer and torch_available():
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--num-workers", str(gpu.workers)]
+    if gpu.compiled and trainer and torch_available():  # torch.compile's recompile (issue 41)
+        return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
+                "--compile", "--transform-passes", "1", "--step-sleep-ms", "100"]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
             "--workers", str(gpu.workers), "--parent", str(parent),
             *(["--origin", repr(origin)] if origin is not None else [])]

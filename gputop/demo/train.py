@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 # A regression on demand (docs/simulated.md): `GPUTOP_DEMO_SLOWDOWN=30% gputop --demo
@@ -117,12 +118,23 @@ def main(argv: list[str] | None = None) -> int:
         help="make every step PCT slower (e.g. 30%%), to try `gputop report --baseline` on a "
         f"regression; default ${SLOWDOWN_ENV}, which `gputop --demo` passes on, else 0",
     )
+    parser.add_argument("--step-sleep-ms", type=float, default=0.0,
+                        help="sleep after each step (a light job beside the others)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model, with epochs of 7 batches and a last "
+                             "smaller one: it recompiles on the last batch (the `recompiles` "
+                             "finding)")
     args = parser.parse_args(argv)
 
     # A clean exit on SIGTERM, at a step boundary: atexit handlers run and the agent removes
     # its socket.
     stop = StopFlag()
     end_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid(), stop)
+
+    if args.compile:
+        # A light job beside the tour's others: its start (torch's import, the compile) must
+        # not take the CPU the input-starved trainer's workers need.
+        os.nice(10)
 
     import gputop.agent
 
@@ -143,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             self.kernel = torch.full((3, 1, 5, 5), 1.0 / 25)
 
         def __len__(self) -> int:
-            return 100_000
+            # Compiled: 7 full batches and a last one of 7 samples, a new shape.
+            return 7 * args.batch_size + 7 if args.compile else 100_000
 
         def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
             started = time.thread_time()
@@ -178,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         nn.Linear(32, 10),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    forward: Callable[[torch.Tensor], torch.Tensor] = model
+    if args.compile:
+        if hasattr(torch._dynamo.config, "automatic_dynamic_local_pgo"):
+            torch._dynamo.config.automatic_dynamic_local_pgo = False  # as a first run does
+        # Static shapes, as a model compiled for its batch size is: the last batch recompiles.
+        def step_forward(images: torch.Tensor) -> torch.Tensor:
+            return model(images)
+
+        forward = torch.compile(step_forward, backend="eager", dynamic=False)
     loader = DataLoader(
         AugmentedImages(args.transform_passes),
         batch_size=args.batch_size,
@@ -188,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             for images, labels in loader:
-                loss = nn.functional.cross_entropy(model(images), labels)
+                loss = nn.functional.cross_entropy(forward(images), labels)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 step += 1
+                if args.step_sleep_ms:
+                    time.sleep(args.step_sleep_ms / 1000)
                 if stop.is_set() or (args.steps and step >= args.steps):
                     return 0
     except KeyboardInterrupt:

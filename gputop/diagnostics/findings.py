@@ -61,6 +61,12 @@ CATALOGUE: dict[str, str] = {
               "number",
     "stuck-collective": "a collective every rank entered never completed (a GPU that stopped, "
                         "a kernel that never ends)",
+    # torch.compile's health (issue 41), from the agent.
+    "recompiles": "a compiled function recompiles while the job runs (its inputs change)",
+    "graph-breaks": "compiled code returns to Python at graph breaks on every call",
+    "compile-fallback": "a compiled function hit the recompile limit and now runs eager",
+    "compile-stall": "steps blocked on torch.compile after warm-up",
+    "cudagraph-rerecord": "CUDA graphs re-recorded while the job runs",
 }
 
 

@@ -118,6 +118,9 @@ class GpuBehaviour:
     unsupported: frozenset[str] = frozenset()
     extra_pids: int = 0  # processes NVML reports that the host cannot see (containers)
     mig: tuple[MigSlice, ...] = ()  # MIG mode on, with these MIG devices (issue 29)
+    # Its stand-in is the real torch trainer compiled with torch.compile, whose last batch of
+    # each epoch is smaller (a recompile: issue 41), when torch is installed.
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,9 @@ SCENARIOS: dict[str, Scenario] = {
                 GpuBehaviour("throttled", H100, "trainer", workers=1),
                 GpuBehaviour("memory-leak", H100, "trainer", workers=1),
                 GpuBehaviour("pcie-bound", H100, "trainer", workers=1),
-                GpuBehaviour("healthy", H100, "trainer", workers=1, extra_pids=1),
+                # shared, and its job (the real torch trainer) compiled: it recompiles on the
+                # last batch of each epoch
+                GpuBehaviour("healthy", H100, "trainer", workers=1, extra_pids=1, compiled=True),
                 GpuBehaviour("idle", L40S, "idle"),
                 GpuBehaviour("healthy", L40S, "trainer", workers=1, lost_after=20.0),
                 GpuBehaviour("host-bound", H100, "busy"),

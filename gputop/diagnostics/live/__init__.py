@@ -11,6 +11,8 @@ raises a finding only after its condition has held. One module per family of cau
 * ``hardware``: the board (``throttling``, ``hardware-errors``);
 * ``memory``: ``memory-pressure``, ``memory-growth``;
 * ``sharing``: ``contention``, ``imbalance`` (the agents' cross-rank view in ``ranks``);
+* ``compile``: torch.compile's health (``recompiles``, ``graph-breaks``, ``compile-fallback``,
+  ``compile-stall``, ``cudagraph-rerecord``), from the agent;
 * ``causes``: every rule, and one root cause per GPU; ``startup``: no cause while a job starts;
   ``load``: where a training process spends its time; ``common``: thresholds and helpers.
 """

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gputop.diagnostics.trace.busy import busy_breakdown, copy_class
+from gputop.diagnostics.trace.compiled import compiled_summary
 from gputop.diagnostics.trace.gaps import (
     BUSY_ROLES,
     CPU_DEVICE,
@@ -221,6 +222,9 @@ def compute_metrics(data: TraceData) -> TraceMetrics:
         gpu_unrecorded=unrecorded,
     )
     _describe(m, data, win)
+    compiled = compiled_summary(data.cpu_ops, (win.start, win.end), data.steps)  # issue 41
+    if compiled is not None:
+        m.values["compiled"] = compiled
 
     m.details["primary_devices"] = primary
     # Each collective (start, end, stream), for comparing the ranks of a job (trace_ranks).

@@ -10,6 +10,7 @@ import textwrap
 from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
 from gputop.diagnostics.trace.analysis import TraceAnalysis
 from gputop.diagnostics.trace.busy import CLASS_LABELS, copy_text, size_text
+from gputop.diagnostics.trace.compiled import compiled_lines
 from gputop.diagnostics.trace.host import HOST_STATES
 from gputop.diagnostics.trace.kernels import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
@@ -178,6 +179,8 @@ def format_report(analysis: TraceAnalysis, width: int = 100) -> str:
 
     lines += _busy_lines(m, width)
     lines += _one_off_lines(m, width)
+    for line in compiled_lines(m):  # torch.compile's regions and compiles (issue 41)
+        lines += _wrap(line, width, "  ", "    ")
 
     lines += ["", "Findings, most costly first" if a.findings else "Findings: none"]
     for i, f in enumerate(a.findings, 1):

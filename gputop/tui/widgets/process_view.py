@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
 
+from gputop.compile_health import compile_lines
 from gputop.efficiency import long_lines
 from gputop.format import bytes_h, pct, safe_text
 from gputop.model import ProcSample, Snapshot
@@ -88,10 +89,12 @@ class ProcessScreen(Screen[None]):
                 title.append(f"  [{where}]", style="dim")
         self.title_line.set_text(title)
         efficiency = proc.efficiency if proc is not None else None
-        self.efficiency_line.display = efficiency is not None
-        if efficiency is not None:
-            self.efficiency_line.set_text(Text("\n".join(safe_text(line)
-                                                         for line in long_lines(efficiency))))
+        compiled = proc.compiled if proc is not None else None
+        self.efficiency_line.display = efficiency is not None or compiled is not None
+        lines = (long_lines(efficiency) if efficiency is not None else []) + (
+            compile_lines(compiled) if compiled is not None else [])  # torch.compile (issue 41)
+        if lines:
+            self.efficiency_line.set_text(Text("\n".join(safe_text(line) for line in lines)))
         series = frame.process
         if series is None or series.pid != self.pid:
             return
