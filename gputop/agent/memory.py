@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop.agent import quiet
+from gputop.agent.capture_request import integer, param
 from gputop.agent.memory_events import Sites, allocator_events, profiler_events
 from gputop.agent.memory_sites import PREFIX, enter, leave, leave_after_fork, site_marks
 from gputop.agent.memory_state import (
@@ -47,8 +48,6 @@ from gputop.agent.memory_summary import growth, peak, reserved_at
 from gputop.agent.profiling import (
     MAX_RECORD_S,
     MAX_TRACER_SLOWDOWN,
-    _integer,
-    _param,
 )
 from gputop.agent.telemetry import StepTelemetry
 from gputop.agent.trace_export import CaptureError, prepare_capture_dir
@@ -67,8 +66,8 @@ def parse_memory_request(message: dict[str, Any]) -> dict[str, Any]:
         "cmd", "steps", "timeout", "out"))
     if unknown:
         raise CaptureError("bad-request", f"unknown field(s) for memory: {', '.join(unknown)}")
-    steps = _integer(message, "steps", 1, MAX_STEPS)
-    timeout = _param(message, "timeout", 0.1, 86400.0)
+    steps = integer(message, "steps", 1, MAX_STEPS)
+    timeout = param(message, "timeout", 0.1, 86400.0)
     out = message.get("out")
     if out is not None and (not isinstance(out, str) or not out or len(out) > 4096
                             or not out.isprintable() or not os.path.isabs(out)):

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gputop.agent.capture_request import parse_capture_request
 from gputop.agent.capture_state import CaptureJob
 from gputop.agent.quiet import quiet
 from gputop.agent.sigterm import SigtermExport
@@ -40,13 +41,8 @@ from gputop.agent.trace_export import (
     trace_only,
     write_trace,
 )
-from gputop.protocol import DEFAULT_STEPS, MAX_STEPS
-from gputop.validate import number
+from gputop.protocol import MAX_STEPS
 
-MAX_WARMUP = 100
-MAX_SECONDS = 600.0
-DEFAULT_WARMUP = 1  # one discarded step keeps the profiler's own start-up out of the trace
-DEFAULT_TIMEOUT_S = 60.0
 MIN_FIRST_STEP_WAIT_S = 10.0  # how long "no optimizer step" waits, at least (unless timeout)
 MAX_RECORD_S = 30.0  # recording stops at the first step boundary after this (one step at least)
 FALLBACK_WINDOW_S = 5.0  # the time window recorded for a job slower than the deadline
@@ -54,78 +50,6 @@ FALLBACK_WINDOW_S = 5.0  # the time window recorded for a job slower than the de
 # usual step ends the recording: the rest would cost as much again, and so would the
 # profiler's stop, which processes every Python call recorded.
 MAX_TRACER_SLOWDOWN = 3.0
-_BOOL_FIELDS = ("record_shapes", "with_stack", "profile_memory")
-
-
-def _param(params: dict[str, Any], name: str, low: float, high: float) -> float | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if number(value) is None:
-        raise CaptureError("bad-request", f"{name} must be a number")
-    found = number(value, low, high)
-    if found is None:
-        raise CaptureError("bad-request", f"{name} must be between {low:g} and {high:g}")
-    return float(found)
-
-
-def _integer(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CaptureError("bad-request", f"{name} must be an integer")
-    if not low <= value <= high:
-        raise CaptureError("bad-request", f"{name} must be between {low} and {high}")
-    return value
-
-
-def parse_capture_request(message: dict[str, Any]) -> dict[str, Any]:
-    """Validate a ``capture`` request into a complete parameter dict (or CaptureError)."""
-    allowed = {"cmd", "steps", "warmup", "seconds", "timeout", "out", "start_step", *_BOOL_FIELDS}
-    unknown = sorted(repr(str(k)[:40]) for k in message if k not in allowed)
-    if unknown:
-        raise CaptureError("bad-request", f"unknown field(s) for capture: {', '.join(unknown)}")
-    steps = _integer(message, "steps", 1, MAX_STEPS)
-    warmup = _integer(message, "warmup", 0, MAX_WARMUP)
-    seconds = _param(message, "seconds", 0.05, MAX_SECONDS)
-    timeout = _param(message, "timeout", 0.1, 86400.0)
-    if seconds is not None and (steps is not None or warmup is not None):
-        raise CaptureError("bad-request", "give either steps (and warmup) or seconds, not both")
-    # The optimizer step (as this agent counts them, from 1) at which to start: every rank of
-    # a job steps in lockstep, so one number starts all of them on the same iteration.
-    start_step = _integer(message, "start_step", 0, 1 << 53)
-    if start_step is not None and seconds is not None:
-        raise CaptureError("bad-request", "start_step goes with steps, not seconds")
-    params: dict[str, Any] = {
-        "mode": "seconds" if seconds is not None else "steps",
-        "steps": DEFAULT_STEPS if steps is None else steps,
-        "warmup": DEFAULT_WARMUP if warmup is None else warmup,
-        "seconds": seconds,
-    }
-    if seconds is not None:
-        params["steps"] = params["warmup"] = 0
-    params["timeout"] = (
-        timeout
-        if timeout is not None
-        else (DEFAULT_TIMEOUT_S if seconds is None else seconds + DEFAULT_TIMEOUT_S)
-    )
-    for name in _BOOL_FIELDS:
-        value = message.get(name, False)
-        if not isinstance(value, bool):
-            raise CaptureError("bad-request", f"{name} must be true or false")
-        params[name] = value
-    out = message.get("out")
-    if out is not None:
-        if not isinstance(out, str) or not out or len(out) > 4096 or not out.isprintable():
-            raise CaptureError("bad-request", "out must be a directory path")
-        if not os.path.isabs(out):
-            raise CaptureError("bad-request", "out must be an absolute path")
-    params["out"] = out
-    params["start_step"] = start_step
-    return params
-
-
 class CaptureController(SigtermExport):
     """Runs at most one capture at a time; the second request is told ``busy``."""
 

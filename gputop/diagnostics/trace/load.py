@@ -7,12 +7,10 @@ filed by kind. Schema variants handled here so the metrics never see them:
 
 - categories of 2021 (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) and current
   ones (``cpu_op``, ``user_annotation``, ``python_function``, ``cuda_runtime``, ``cuda_driver``,
-  ``kernel``, ``gpu_memcpy``, ``gpu_memset``, ``cuda_sync``);
-- integer microsecond and float (nanosecond resolution) timestamps;
-- ROCm (``hip*`` runtime names, string streams such as ``"0x0"``);
-- Triton kernels launched through the driver API (``cuLaunchKernel``);
-- ``deviceProperties`` and the older ``computeProperties`` (``major``/``minor``);
-- the Chrome "JSON array" form (a bare list of events).
+  ``kernel``, ``gpu_memcpy``, ``gpu_memset``, ``cuda_sync``); integer microsecond and float
+  timestamps; ROCm (``hip*`` runtime names, string streams such as ``"0x0"``); Triton kernels
+  launched through the driver API (``cuLaunchKernel``); ``deviceProperties`` and the older
+  ``computeProperties``; the Chrome "JSON array" form (a bare list of events).
 
 Size: a trace up to ``STREAM_ABOVE`` bytes of JSON is decoded whole (the fast path every
 normal trace takes); a larger one is read in batches of whole events (``trace_stream``), so
