@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gputop.agent import flight_recorder
 from gputop.agent.flops import FlopCount
 from gputop.agent.goodput import GoodputLedger, wrap_torch_save
 from gputop.agent.info import distributed_info, hello
@@ -116,6 +117,8 @@ class _Agent:
                 "seen": lambda msg, gone: self.pids.seen(msg),
                 "flops": self.flops.request,
                 "memory": self.memory.request,
+                "fr_dump": lambda msg, gone: flight_recorder.request(
+                    msg, distributed_info().get("rank")),  # type: ignore[arg-type]
             },
             on_error=self.telemetry.record_error,
         )
@@ -197,6 +200,9 @@ class _Agent:
                             else self.capture.status())
         reply["flops"] = self.flops.status()
         reply["goodput"] = self.telemetry.ledger.status()
+        # What the live hang rule reads: Flight Recorder on or not, a torch.save in progress.
+        reply["flight_recorder"] = flight_recorder.status()
+        reply["checkpoint_s"] = self.telemetry.ledger.saving_for()
         reply["agent_errors"] = self.telemetry.errors
         if self.telemetry.last_error:
             reply["last_agent_error"] = self.telemetry.last_error

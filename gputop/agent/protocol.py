@@ -24,7 +24,7 @@ from gputop.collect.pidns import INIT_PIDNS, ns_inode
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE = 64 * 1024
-COMMANDS = ("hello", "status", "capture", "cancel", "seen", "flops", "memory")
+COMMANDS = ("hello", "status", "capture", "cancel", "seen", "flops", "memory", "fr_dump")
 
 _SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})\.sock$")
 # An agent in a pid namespace other than the host's names its socket with the namespace too

@@ -39,6 +39,8 @@ CATALOGUE: dict[str, str] = {
     "host-bound": "the GPU idles while the training thread runs its own code (Python, "
                   "bookkeeping) outside the DataLoader",
     "mfu-drop": "MFU far below the job's own best window",
+    "hang": "a job's ranks stopped stepping: one rank never reached a collective",
+    "rank-exited": "one rank of a job exited and the others wait for it",
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from gputop.diagnostics.findings import Finding, order_findings
 from gputop.diagnostics.live.efficiency import rule_mfu_drop
+from gputop.diagnostics.live.hang import rule_hang
 from gputop.diagnostics.live.hardware import rule_hardware, rule_throttling
 from gputop.diagnostics.live.host import rule_host_bound, rule_host_sync, rule_launch_bound
 from gputop.diagnostics.live.idle import rule_gpu_idle, rule_hung
@@ -45,6 +46,7 @@ RULES = (
     rule_hardware,
     rule_launch_bound,
     rule_mfu_drop,
+    rule_hang,
 )
 
 # mfu-drop last: a job slower than its own best window, which any of the others explains better.
