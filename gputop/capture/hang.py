@@ -13,7 +13,6 @@ Blocking: run it on a worker thread, never on an event loop (the TUI does).
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -72,6 +71,8 @@ class HangCollection:
     time: float  # unix time the collection began
     took_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Local ranks the launcher started that have no process any more: (rank, pid or None).
+    exited: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 class HangError(Exception):
@@ -136,6 +137,7 @@ def _children(pid: int) -> list[int]:
 @dataclass(frozen=True)
 class _Candidate:
     pid: int
+    local_world_size: int | None
     ppid: int | None
     job: str | None
     rank: int | None
@@ -149,7 +151,8 @@ def _candidate(pid: int) -> _Candidate | None:
         return None
     ppid = _ppid(pid)
     rank = _int(env, "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-    return _Candidate(pid, ppid, job_of(env, ppid) if rank is not None else None, rank,
+    return _Candidate(pid, _int(env, "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
+                                "OMPI_COMM_WORLD_LOCAL_SIZE"), ppid, job_of(env, ppid) if rank is not None else None, rank,
                       _int(env, "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"),
                       _int(env, "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
 
@@ -254,6 +257,7 @@ def collect(target: str, stacks: bool = True) -> HangCollection:
         shutil.rmtree(workdir, ignore_errors=True)
     collection = HangCollection(job_id, launcher, ranks, started,
                                 round(time.perf_counter() - t0, 3))
+    collection.exited = _exited(found)
     worlds = {r.world_size for r in ranks if r.world_size}
     if worlds and max(worlds) > len(ranks):
         collection.notes.append(f"{len(ranks)} of {max(worlds)} ranks are on this node; the "
@@ -265,5 +269,12 @@ def collect(target: str, stacks: bool = True) -> HangCollection:
     return collection
 
 
-def pid_alive(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}")
+def _exited(found: list[_Candidate]) -> list[tuple[int, int | None]]:
+    """Local ranks the launcher started that are not among its processes any more."""
+    local = max((c.local_world_size or 0 for c in found), default=0)
+    known = [c for c in found if c.local_rank is not None and c.rank is not None]
+    if not local or not known or local > MAX_RANKS:
+        return []
+    offset = (known[0].rank or 0) - (known[0].local_rank or 0)  # this node's first rank
+    seen = {c.local_rank for c in known}
+    return [(offset + lr, None) for lr in range(local) if lr not in seen]
