@@ -39,8 +39,14 @@ CATALOGUE: dict[str, str] = {
     "host-bound": "the GPU idles while the training thread runs its own code (Python, "
                   "bookkeeping) outside the DataLoader",
     "mfu-drop": "MFU far below the job's own best window",
-    "hang": "a job's ranks stopped stepping: one rank never reached a collective",
-    "rank-exited": "one rank of a job exited and the others wait for it",
+    # Hangs across ranks (issue 36): live from the agents' step times, offline from Flight
+    # Recorder dumps (gputop/diagnostics/hang/).
+    "hang": "ranks wait in a collective that other ranks never reached",
+    "rank-exited": "a rank's process is gone while the others wait for it",
+    "desync": "ranks called different collectives, or different sizes, at the same sequence "
+              "number",
+    "stuck-collective": "a collective every rank entered never completed (a GPU that stopped, "
+                        "a kernel that never ends)",
 }
 
 

@@ -1,0 +1,68 @@
+"""A HangReport as text: the verdict, each finding's one-line cause, the collective, the ranks
+and where each named rank is. Every string from a dump is escaped (``safe_text``)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gputop.diagnostics.findings import CATALOGUE
+from gputop.diagnostics.hang.attribution import HangFinding, HangReport
+from gputop.format import safe_text
+
+
+def headline(report: HangReport) -> str:
+    """One line: the primary finding's title, or why the job looks healthy."""
+    f = report.primary
+    if f is not None:
+        return safe_text(f.title)
+    if report.healthy_reason:
+        return safe_text(report.healthy_reason)
+    return safe_text(report.notes[0]) if report.notes else report.verdict
+
+
+def format_report(report: HangReport, width: int = 100) -> str:
+    def wrap(text: str, indent: str = "  ") -> list[str]:
+        return textwrap.wrap(safe_text(text), width=width, initial_indent=indent,
+                             subsequent_indent=indent + "  ") or [indent]
+
+    out: list[str] = []
+    meaning = CATALOGUE.get(report.verdict, "")
+    out.append(f"Flight Recorder: {len(report.ranks)} rank dump(s)"
+               + (f", no dump from rank(s) {', '.join(map(str, report.missing_ranks))}"
+                  if report.missing_ranks else ""))
+    out.append(f"verdict: {report.verdict}" + (f" - {meaning}" if meaning else ""))
+    out.append("")
+    out += wrap(headline(report), indent="")
+    for i, f in enumerate(report.findings):
+        out.append("")
+        out.append(f"[{f.severity}] {f.id}" + ("" if i else "  (the cause)"))
+        if i:
+            out += wrap(f.title)
+        if isinstance(f, HangFinding):
+            if f.collective:
+                pg = f.process_group or {}
+                out += wrap(f"collective: {f.collective} #{f.seq} of process group "
+                            f"{pg.get('id')} ({pg.get('desc') or 'no description'}), "
+                            f"state {f.state}"
+                            + (f", sizes {[list(s) for s in f.sizes]}" if f.sizes else "")
+                            + (f" {','.join(f.dtypes)}" if f.dtypes else ""))
+            if f.ranks:
+                out += wrap(f"named: rank(s) {', '.join(map(str, f.ranks))}")
+            if f.waiting_ranks:
+                out += wrap(f"waiting: rank(s) {', '.join(map(str, f.waiting_ranks))}"
+                            + (f" for {f.since_s:.0f} s" if f.since_s is not None else ""))
+            for c in f.calls:
+                out += wrap(f"call of rank(s) {', '.join(map(str, c['ranks']))}: {c['call']}")
+            named = set(f.ranks)
+            for r, line in f.rank_lines:
+                if r in named or len(f.rank_lines) <= 8:
+                    out += wrap(f"rank {r}: {line}")
+        else:
+            out += wrap(f"evidence: {f.evidence}")
+        out += wrap(f"fix: {f.fix}")
+        out += wrap(f"next: {f.next_step}")
+    if report.notes:
+        out.append("")
+        for note in report.notes:
+            out += wrap(f"note: {note}", indent="")
+    return "\n".join(out) + "\n"
