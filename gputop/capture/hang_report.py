@@ -77,9 +77,7 @@ def join(collection: HangCollection) -> LiveHang:
 
 
 def to_json(live: LiveHang) -> dict[str, Any]:
-    from gputop.diagnostics.hang.render import report_json
-
-    out = report_json(live.report)
+    out = live.report.to_json()
     out["job_id"] = live.collection.job_id
     out["launcher_pid"] = live.collection.launcher_pid
     out["collected_s"] = live.collection.took_s
