@@ -10,11 +10,11 @@ hold the GIL: only py-spy read them) are named in the notes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gputop.capture.hang import HangCollection, RankCollected
-from gputop.diagnostics.hang.attribution import HangReport, attribute
+from gputop.diagnostics.hang.attribution import HangFinding, HangReport, attribute
 from gputop.diagnostics.hang.dumps import DumpError, FrDump, read_dump_bytes
 from gputop.diagnostics.hang.stacks import RankStack, StackFrame
 from gputop.format import safe_text
@@ -73,7 +73,29 @@ def join(collection: HangCollection) -> LiveHang:
         notes.append(f"rank {rank} has no process any more (rank-exited): the others wait "
                      "for it; its last collectives are in the others' records only")
     report = attribute(dumps, stacks, now=collection.time)
-    return LiveHang(collection, report, notes)
+    return LiveHang(collection, _exited(report, collection), notes)
+
+
+def _exited(report: HangReport, collection: HangCollection) -> HangReport:
+    """A hang whose named ranks have no process any more is ``rank-exited``."""
+    gone = {rank for rank, _ in collection.exited}
+    if not gone:
+        return report
+    findings = list(report.findings)
+    for i, f in enumerate(findings):
+        if isinstance(f, HangFinding) and f.id == "hang" and f.ranks and set(f.ranks) <= gone:
+            names = ", ".join(str(r) for r in f.ranks)
+            findings[i] = replace(
+                f, id="rank-exited",
+                title=f"rank {names} exited (no process any more); {f.title}",
+                fix=(f"rank {names} ended while the others wait for it: see why (its log, an "
+                     "out-of-memory kill in `dmesg`, a crash), then restart from the last "
+                     "checkpoint; torchrun's --max-restarts restarts the ranks on its own"))
+            break
+    else:
+        return report
+    verdict = findings[0].id if findings else report.verdict
+    return replace(report, findings=tuple(findings), verdict=verdict)
 
 
 def to_json(live: LiveHang) -> dict[str, Any]:

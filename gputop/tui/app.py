@@ -175,6 +175,7 @@ class GputopApp(App[int]):
         Binding("enter", "open_process", "Process"),
         Binding("k", "signal_process", "Kill"),
         Binding("p", "request_capture", "Capture"),
+        Binding("h", "hang_report", "Hang", show=False),
         Binding("m", "memory_capture", "Memory"),
         Binding("M", "last_oom", "Last OOM", show=False),
         Binding("F", "count_flops", "FLOPs", show=False),
@@ -193,10 +194,10 @@ class GputopApp(App[int]):
                            "reverse_sort", "filter", "toggle_tree", "open_process",
                            "signal_process", "request_capture", "help", "escape",
                            "show_findings", "count_flops", "step", "seek", "seek_to",
-                           "memory_capture", "last_oom"})
+                           "memory_capture", "last_oom", "hang_report"})
     REPLAY_ONLY = frozenset({"step", "seek", "seek_to"})
     LIVE_ONLY = frozenset({"signal_process", "request_capture",
-                           "count_flops", "memory_capture"})  # act on a live process
+                           "count_flops", "memory_capture", "hang_report"})  # act on a live process
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.MAIN_ONLY and self.screen is not self.screen_stack[0]:
@@ -818,8 +819,22 @@ class GputopApp(App[int]):
         report, path = self.ooms[self.last_oom]
         self.push_screen(MemoryScreen(self.last_oom, report=report, path=path))
 
+    def action_hang_report(self) -> None:
+        """`h`: why the selected job is stuck (every rank's Flight Recorder and stack)."""
+        row = self.table.selected_row()
+        pid = row.pid if row is not None and row.job is not None else self._selected_pid(True)
+        if pid is not None:
+            from gputop.tui.widgets.hang_screen import HangScreen  # on first use: start-up
+
+            self.push_screen(HangScreen(pid, row.job if row is not None else None))
+
     def action_request_capture(self) -> None:
         row = self.table.selected_row()
+        if row is not None and row.job is not None and any(
+                f.id in ("hang", "rank-exited") and f.job == row.job
+                for f in self.findings.findings):
+            self.action_hang_report()  # a hung job: a profiler capture would wait forever
+            return
         if row is not None and row.job is not None:  # the job row: every rank
             self.capture_job(row.job, row.pid)
             return

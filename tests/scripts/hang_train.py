@@ -8,6 +8,11 @@ step ``--at`` the ``--rank`` rank does the ``--scenario``:
 * ``spin``: spins in a pure-Python loop that holds the GIL (its switch interval made huge, so
   no other thread of it, the agent's included, ever runs again);
 * ``desync``: calls all_gather where the others call all_reduce;
+* ``keeper``: nothing happens at ``--at``; each rank forks a child after the process group is
+  made that keeps its sockets open (as DataLoader workers forked after init do), so a rank
+  killed from outside leaves the others waiting in their next collective, as NCCL's peers do
+  (gloo's would see the connection close and fail at once). The child leaves 60 s after
+  its rank is gone;
 * ``checkpoint``: every rank (``--rank`` ignored) writes a checkpoint with torch.save that
   takes ``--checkpoint-s`` seconds, then training goes on.
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import time
 
@@ -40,6 +46,16 @@ class SlowFile(io.RawIOBase):
         return len(data)
 
 
+def keep_sockets() -> None:
+    """Fork a child that holds this rank's sockets open until 60 s after the rank is gone."""
+    if os.fork() == 0:
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        time.sleep(60)
+        os._exit(0)
+
+
 def spin_forever() -> None:
     sys.setswitchinterval(1e6)  # no other thread gets the GIL back
     n = 0
@@ -49,7 +65,7 @@ def spin_forever() -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--scenario", choices=("none", "sleep", "spin", "desync", "checkpoint"),
+    p.add_argument("--scenario", choices=("none", "sleep", "spin", "desync", "checkpoint", "keeper"),
                    default="none")
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--at", type=int, default=20, help="the step of the scenario")
@@ -62,6 +78,8 @@ def main() -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.scenario == "keeper":
+        keep_sockets()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -92,7 +92,12 @@ def _gone(pid: int, snap_time: float, now: float) -> bool | None:
     (a recording replayed: its pids are not this machine's now)."""
     if abs(now - snap_time) > _LIVE_SKEW_S:
         return None
-    return not os.path.exists(f"/proc/{pid}")
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")  # a zombie its launcher has not reaped is gone too
 
 
 def _rank_evidence(rank: int, pid: int, proc: ProcSample | None, gpu_util: dict[int, tuple]) -> str:
