@@ -90,7 +90,7 @@ def _num(agent: dict, key: str) -> float | None:
 def _gone(pid: int, snap_time: float, now: float) -> bool | None:
     """True when the process is gone, False when it is alive, None when this cannot be told
     (a recording replayed: its pids are not this machine's now)."""
-    if abs(now - snap_time) > _LIVE_SKEW_S:
+    if now and abs(now - snap_time) > _LIVE_SKEW_S:
         return None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -152,13 +152,7 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
     if stalled < bound:
         return None
     # Local ranks no agent answers for now: exited, or alive and silent (the GIL held).
-    exited, silent = [], []
-    for local in job.missing_local_ranks:
-        seen = memory.pids.get((job.job_id, local)) if memory is not None else None
-        if seen is None:
-            continue
-        gone = _gone(seen[0], snap.time, _wall_now())
-        (exited if gone else silent).append((seen[1], seen[0], gone))
+    exited, silent = _unanswered(job, memory, snap.time)
     waiting = ", ".join(_rank_evidence(r.rank, r.pid, procs.get(r.pid), gpu_util)
                         for r in job.ranks)
     bound_text = (f"no step for {stalled:.0f} s (the bound: max({P95_FACTOR:.0f} x p95 step "
@@ -166,7 +160,7 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
     first = job.ranks[0]
     hint = f"gputop hang {first.pid}"
     if exited:
-        names = ", ".join(f"rank {rk} (pid {pid})" for rk, pid, _ in exited)
+        names = ", ".join(_who(rk, pid) for rk, pid in exited)
         return Finding(
             id="rank-exited", severity="critical",
             title=f"job {job.job_id}: {names} exited; the other {len(job.ranks)} rank(s) wait",
@@ -179,7 +173,7 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
             rank=exited[0][0])
     quiet = ""
     if silent:
-        quiet = ("; " + ", ".join(f"rank {rk} (pid {pid})" for rk, pid, _ in silent)
+        quiet = ("; " + ", ".join(_who(rk, pid) for rk, pid in silent)
                  + " is alive but its agent does not answer: it holds the GIL (spinning in "
                  "Python or in a C call), and is the likely cause")
     save = ""
@@ -193,6 +187,59 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
              "name the rank that never reached the collective, the collective and the line"),
         next_step=hint, cost_s=stalled, pid=first.pid, job=job.job_id,
         rank=silent[0][0] if silent else None)
+
+
+def _who(rank: int, pid: int | None) -> str:
+    return f"rank {rank} (pid {pid})" if pid else f"rank {rank}"
+
+
+def _launcher_ranks(launcher: int) -> dict[int, int]:
+    """local rank -> pid of the launcher's live children (their environment's LOCAL_RANK)."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{launcher}/task")
+    except OSError:
+        return out
+    for tid in tids[:256]:
+        try:
+            with open(f"/proc/{launcher}/task/{tid}/children", "rb") as f:
+                kids = [int(k) for k in f.read().split()[:4096]]
+        except (OSError, ValueError):
+            continue
+        for pid in kids:
+            if _gone(pid, 0.0, 0.0):
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read(1 << 20)
+            except OSError:
+                continue
+            for item in env.split(b"\0"):
+                if item.startswith(b"LOCAL_RANK=") and item[11:].isdigit():
+                    out[int(item[11:])] = pid
+    return out
+
+
+def _unanswered(job: JobView, memory: RankMemory | None, snap_time: float
+                ) -> tuple[list[tuple[int, int | None]], list[tuple[int, int | None]]]:
+    """(exited, silent): the job's local ranks no agent answers for, as (rank, pid). Told
+    apart on a live snapshot only (the launcher's children now, the pids seen before)."""
+    if not job.missing_local_ranks:
+        return [], []
+    live = abs(_wall_now() - snap_time) <= _LIVE_SKEW_S
+    children = _launcher_ranks(job.launcher_pid) if live and job.launcher_pid else {}
+    offset = next(((r.rank - r.local_rank) for r in job.ranks if r.local_rank is not None), 0)
+    exited, silent = [], []
+    for local in job.missing_local_ranks:
+        seen = memory.pids.get((job.job_id, local)) if memory is not None else None
+        rank = seen[1] if seen is not None else offset + local
+        if local in children:
+            silent.append((rank, children[local]))
+        elif seen is not None and live and not _gone(seen[0], snap_time, _wall_now()):
+            silent.append((rank, seen[0]))
+        elif live and (seen is not None or job.launcher_pid):
+            exited.append((rank, seen[0] if seen is not None else None))
+    return exited, silent
 
 
 def _wall_now() -> float:
