@@ -121,15 +121,24 @@ def test_b_a_rank_holding_the_gil_is_read_by_py_spy(world, jobs):
 
 
 def test_c_a_killed_rank_is_named_rank_exited(world, jobs):
-    _, ranks = _ranks(jobs["c"].pid, 4)
-    victim = next(r for r in ranks if r.rank == 3)
-    os.kill(victim.pid, signal.SIGKILL)
+    kill_rank_3(jobs["c"].pid)
     report, f = wait_for_finding(world, jobs["c"].pid, "rank-exited")
     assert f["ranks"] == [3] and f["waiting_ranks"] == [0, 1, 2], f
     assert f["collective"].endswith("all_reduce") and isinstance(f["seq"], int), f
     assert report["exited_ranks"] == [3]
     # The line: where the others wait for it.
     assert all("hang_train.py:" in f["where_by_rank"][str(r)] for r in (0, 1, 2)), f
+
+
+def kill_rank_3(launcher: int) -> None:
+    """SIGKILL rank 3 once every rank has stepped (its process group made, sockets kept)."""
+    from gputop.agent.client import agent_status
+
+    _, ranks = _ranks(launcher, 4)
+    for r in ranks:
+        wait_for(lambda r=r: ((agent_status(r.pid, timeout=5) or {}).get("steps") or 0) >= 1,
+                 timeout=2 * SLOW, interval=0.2)
+    os.kill(next(r for r in ranks if r.rank == 3).pid, signal.SIGKILL)
 
 
 def test_d_a_desync_names_both_calls(world, jobs):
@@ -148,8 +157,7 @@ def test_live_findings_and_a_job_wide_checkpoint_is_not_a_hang(world, jobs):
 
     ids = {name: _ranks(proc.pid, 4 if name != "c" else 3) for name, proc in jobs.items()}
     if ids["c"] is None:  # run alone: kill (c)'s rank 3 here
-        _, ranks = _ranks(jobs["c"].pid, 4)
-        os.kill(next(r for r in ranks if r.rank == 3).pid, signal.SIGKILL)
+        kill_rank_3(jobs["c"].pid)
         ids["c"] = wait_for(lambda: _ranks(jobs["c"].pid, 3), timeout=SLOW)
     job_ids = {name: found[0] for name, found in ids.items()}
     rank0_e = next(r for r in ids["e"][1] if r.rank == 0)

@@ -83,15 +83,32 @@ def _exited(report: HangReport, collection: HangCollection) -> HangReport:
         return report
     findings = list(report.findings)
     for i, f in enumerate(findings):
-        if isinstance(f, HangFinding) and f.id == "hang" and f.ranks and set(f.ranks) <= gone:
+        if not isinstance(f, HangFinding):
+            continue
+        if f.id == "hang" and f.ranks and set(f.ranks) <= gone:
             names = ", ".join(str(r) for r in f.ranks)
-            findings[i] = replace(
-                f, id="rank-exited",
-                title=f"rank {names} exited (no process any more); {f.title}",
-                fix=(f"rank {names} ended while the others wait for it: see why (its log, an "
-                     "out-of-memory kill in `dmesg`, a crash), then restart from the last "
-                     "checkpoint; torchrun's --max-restarts restarts the ranks on its own"))
-            break
+            title = f"rank {names} exited (no process any more); {f.title}"
+        elif f.id in ("hang", "stuck-collective") and f.waiting_ranks \
+                and not gone & set(f.waiting_ranks):
+            # Every rank still here entered it: the one that exited never will.
+            names = ", ".join(str(r) for r in sorted(gone))
+            pg = (f.process_group or {}).get("desc") or (f.process_group or {}).get("id")
+            waited = f" for {f.since_s:.0f} s" if f.since_s is not None else ""
+            op = (f.collective or "the collective").split(":")[-1]
+            title = (f"rank {names} exited (no process any more) and never reached {op} "
+                     f"#{f.seq} of {pg}; the {len(f.waiting_ranks)} other rank(s) have waited "
+                     f"there{waited}")
+            f = replace(f, ranks=tuple(sorted(gone)))
+        else:
+            continue
+        findings[i] = replace(
+            f, id="rank-exited", title=title,
+            fix=(f"rank {names} ended while the others wait for it: see why (its log, an "
+                 "out-of-memory kill in `dmesg`, a crash), then restart from the last "
+                 "checkpoint; torchrun's --max-restarts restarts the ranks on its own"))
+        # The cause first: the exited rank explains the others' wait.
+        findings.insert(0, findings.pop(i))
+        break
     else:
         return report
     verdict = findings[0].id if findings else report.verdict
