@@ -123,11 +123,13 @@ def test_b_a_rank_holding_the_gil_is_read_by_py_spy(world, jobs):
 def test_c_a_killed_rank_is_named_rank_exited(world, jobs):
     kill_rank_3(jobs["c"].pid)
     report, f = wait_for_finding(world, jobs["c"].pid, "rank-exited")
-    assert f["ranks"] == [3] and f["waiting_ranks"] == [0, 1, 2], f
+    # Killed mid-step, rank 3 may have left some ranks in the collective before: those wait
+    # there, the others in the next one; either way only the others wait.
+    assert f["ranks"] == [3] and f["waiting_ranks"] and set(f["waiting_ranks"]) <= {0, 1, 2}, f
     assert f["collective"].endswith("all_reduce") and isinstance(f["seq"], int), f
     assert report["exited_ranks"] == [3]
     # The line: where the others wait for it.
-    assert all("hang_train.py:" in f["where_by_rank"][str(r)] for r in (0, 1, 2)), f
+    assert all("hang_train.py:" in f["where_by_rank"][str(r)] for r in f["waiting_ranks"]), f
 
 
 def kill_rank_3(launcher: int) -> None:
