@@ -122,12 +122,14 @@ def to_json(live: LiveHang) -> dict[str, Any]:
     out["collected_s"] = live.collection.took_s
     out["live_notes"] = live.notes
     out["exited_ranks"] = [rank for rank, _ in live.collection.exited]
-    out["ranks_collected"] = [
-        {"rank": r.rank, "pid": r.pid, "flight_recorder": r.fr is not None,
-         "fr_error": r.fr_error, "stack": r.main_thread() is not None,
-         "where": (_stack(r).where_line() if _stack(r) is not None else None),
-         "stack_error": r.stack_error}
-        for r in live.collection.ranks]
+    out["ranks_collected"] = []
+    for r in live.collection.ranks:
+        stack = _stack(r)
+        out["ranks_collected"].append(
+            {"rank": r.rank, "pid": r.pid, "flight_recorder": r.fr is not None,
+             "fr_error": r.fr_error, "stack": r.main_thread() is not None,
+             "where": stack.where_line() if stack is not None else None,
+             "stack_error": r.stack_error})
     return out
 
 

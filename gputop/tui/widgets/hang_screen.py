@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
@@ -44,7 +45,7 @@ class HangScreen(Screen[None]):
         self.text: str | None = None  # the last report's text
         self.error: str | None = None
         self._started = 0.0
-        self._timer = None
+        self._timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         title = Text("Why is it stuck: every rank's Flight Recorder and stack", style="bold")
