@@ -159,6 +159,7 @@ def test_live_findings_and_a_job_wide_checkpoint_is_not_a_hang(world, jobs):
 
     ids = {name: _ranks(proc.pid, 4 if name != "c" else 3) for name, proc in jobs.items()}
     if ids["c"] is None:  # run alone: kill (c)'s rank 3 here
+        assert _ranks(jobs["c"].pid, 4) is not None, "job (c) lost its ranks"
         kill_rank_3(jobs["c"].pid)
         ids["c"] = wait_for(lambda: _ranks(jobs["c"].pid, 3), timeout=SLOW)
     job_ids = {name: found[0] for name, found in ids.items()}

@@ -11,8 +11,8 @@ step ``--at`` the ``--rank`` rank does the ``--scenario``:
 * ``keeper``: nothing happens at ``--at``; each rank forks a child after the process group is
   made that keeps its sockets open (as DataLoader workers forked after init do), so a rank
   killed from outside leaves the others waiting in their next collective, as NCCL's peers do
-  (gloo's would see the connection close and fail at once). The child leaves 60 s after
-  its rank is gone;
+  (gloo's would see the connection close and fail at once). The child leaves with the
+  launcher;
 * ``checkpoint``: every rank (``--rank`` ignored) writes a checkpoint with torch.save that
   takes ``--checkpoint-s`` seconds, then training goes on.
 
@@ -47,13 +47,15 @@ class SlowFile(io.RawIOBase):
 
 
 def keep_sockets() -> None:
-    """Fork a child that holds this rank's sockets open until 60 s after the rank is gone."""
+    """Fork a child that holds this rank's sockets open as long as the launcher lives."""
+    launcher = os.getppid()
     if os.fork() == 0:
-        parent = os.getppid()
-        while os.getppid() == parent:
+        while True:
+            try:
+                os.kill(launcher, 0)
+            except ProcessLookupError:
+                os._exit(0)
             time.sleep(0.5)
-        time.sleep(60)
-        os._exit(0)
 
 
 def spin_forever() -> None:
@@ -73,6 +75,8 @@ def main() -> int:
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--checkpoint-s", type=float, default=20.0)
     p.add_argument("--steps", type=int, default=0, help="0 = until killed")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (every rank on cuda:LOCAL_RANK "
+                   "modulo the cards there are; gloo all-reduces CUDA tensors too)")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -81,12 +85,16 @@ def main() -> int:
     if args.scenario == "keeper":
         keep_sockets()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
+                              % torch.cuda.device_count())
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    grad = torch.zeros(1024)
+    grad = torch.zeros(1024, device=device)
     step = 0
     while args.steps == 0 or step < args.steps:
-        loss = model(torch.randn(16, 64)).square().mean()
+        loss = model(torch.randn(16, 64, device=device)).square().mean()
         loss.backward()
         if step == args.at:
             print(f"rank {rank} at {step}", flush=True)
@@ -97,7 +105,7 @@ def main() -> int:
             elif rank == args.rank and args.scenario == "spin":
                 spin_forever()
             elif rank == args.rank and args.scenario == "desync":
-                out = [torch.zeros(1024) for _ in range(dist.get_world_size())]
+                out = [torch.zeros(1024, device=device) for _ in range(dist.get_world_size())]
                 dist.all_gather(out, grad)  # HANG-DESYNC
         for _ in range(args.collectives):
             dist.all_reduce(grad)
