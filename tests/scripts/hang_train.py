@@ -13,8 +13,8 @@ step ``--at`` the ``--rank`` rank does the ``--scenario``:
   killed from outside leaves the others waiting in their next collective, as NCCL's peers do
   (gloo's would see the connection close and fail at once). The child leaves with the
   launcher;
-* ``checkpoint``: every rank (``--rank`` ignored) writes a checkpoint with torch.save that
-  takes ``--checkpoint-s`` seconds, then training goes on.
+* ``checkpoint``: every ``--at`` steps, every rank (``--rank`` ignored) writes a checkpoint
+  with torch.save that takes ``--checkpoint-s`` seconds, then training goes on.
 
 Prints "rank R training" after the first step, and "rank R at N" when it reaches ``--at``.
 """
@@ -96,11 +96,11 @@ def main() -> int:
     while args.steps == 0 or step < args.steps:
         loss = model(torch.randn(16, 64, device=device)).square().mean()
         loss.backward()
+        if args.scenario == "checkpoint" and step and step % args.at == 0:
+            torch.save(model.state_dict(), SlowFile(args.checkpoint_s))
         if step == args.at:
             print(f"rank {rank} at {step}", flush=True)
-            if args.scenario == "checkpoint":
-                torch.save(model.state_dict(), SlowFile(args.checkpoint_s))
-            elif rank == args.rank and args.scenario == "sleep":
+            if rank == args.rank and args.scenario == "sleep":
                 time.sleep(1e6)  # HANG-SLEEP
             elif rank == args.rank and args.scenario == "spin":
                 spin_forever()
