@@ -172,6 +172,10 @@ def test_live_findings_and_a_job_wide_checkpoint_is_not_a_hang(world, jobs):
         capture_output=True, text=True, env=world, cwd=REPO, timeout=3 * SLOW)
     lines = [json.loads(line) for line in watch.stdout.splitlines() if line.startswith("{")]
     raised = {(x.get("job"), x["id"]) for x in lines if x.get("state") == "raised"}
+    if (job_ids["c"], "rank-exited") not in raised:  # say what the agents reported
+        snap = subprocess.run([sys.executable, "-m", "gputop", "snapshot", "--json"],
+                              capture_output=True, text=True, env=world, cwd=REPO, timeout=SLOW)
+        print(snap.stdout[:20000])
     assert (job_ids["a"], "hang") in raised, watch.stdout
     assert (job_ids["b"], "hang") in raised, watch.stdout
     assert (job_ids["c"], "rank-exited") in raised, watch.stdout
