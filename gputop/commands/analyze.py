@@ -18,24 +18,32 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser(
         "analyze",
         parents=[common],
-        help="diagnose torch.profiler traces: where the step time went, the cause, the fix",
+        help="diagnose torch.profiler traces (where the step time went, the cause, the fix) "
+        "or Flight Recorder dumps (which rank hangs the job)",
         description=(
             "Diagnose torch.profiler Chrome traces (tensorboard_trace_handler output or "
             "export_chrome_trace files, .json or .json.gz): a step-time breakdown, findings "
             "ordered by the time they cost with the fix and the next command to run, and the "
             "top operators and kernels. Several traces of one job (one per rank) are also "
-            "compared for a straggler."
+            "compared for a straggler. A folder of Flight Recorder dumps (one per rank, pickle "
+            "or JSON, told apart by content; docs/hangs.md) gives the hang's attribution: the "
+            "ranks that never reached a collective, the collective, its process group and "
+            "sequence number, desyncs."
         ),
         epilog=(
             "--json prints one JSON object per trace, one per line (JSON Lines): "
             '{"file", "metrics", "findings": [{"id", "severity", "title", "evidence", "fix", '
             '"next_step", ...}], "verdict", "healthy_reason", "assessed", "not_assessed"}. '
+            "Flight Recorder dumps: one object per folder, {\"kind\": \"flight-recorder\", "
+            '"verdict", "findings": [{"id": "hang", "ranks", "waiting_ranks", "collective", '
+            '"process_group": {"id", "desc"}, "seq", "since_s", ...}], ...}. '
             "Exit status 2 if any trace could not be read (the others are still reported)."
         ),
     )
     p.add_argument("traces", nargs="+", metavar="TRACE",
                    help="trace file (.json or .json.gz), or a folder of them, such as the one "
-                   "tensorboard_trace_handler writes (every trace in it is analysed)")
+                   "tensorboard_trace_handler writes (every trace in it is analysed); or a "
+                   "folder of Flight Recorder dumps, one per rank (which rank hangs the job)")
     p.add_argument(
         "--json",
         action="store_true",
@@ -49,6 +57,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    "it memory events, Python frames, then CPU operators are cut, shortest "
                    "first, and the report says so; more steps and device work than N refuse "
                    "the trace")
+    p.add_argument("--max-dump-mb", type=float, default=None, metavar="MB",
+                   help="refuse a Flight Recorder dump larger than this, unread (default 256)")
     p.add_argument("--allow-special-files", action="store_true",
                    help="also read a FIFO or device, e.g. <(zcat trace.json.gz); refused by "
                    "default, since reading one may never end")
@@ -109,11 +119,21 @@ def run(args: argparse.Namespace) -> int:
         max_bytes=None if args.max_trace_mb is None else int(args.max_trace_mb * 1e6),
         max_events=MAX_EVENTS if args.max_events is None else args.max_events,
         allow_special=args.allow_special_files)
-    traces, errors = _expand(args.traces)
+    if args.max_dump_mb is not None and not 0 < args.max_dump_mb <= 1e6:
+        raise UsageError("--max-dump-mb must be positive")
+    # Flight Recorder dumps (told apart by content) go to the hang attribution.
+    from gputop.commands.analyze_dumps import run_dumps, split_dumps
+
+    dump_jobs, trace_args = split_dumps(args.traces)
+    dumps_failed = run_dumps(dump_jobs, args, _report_width()) if dump_jobs else False
+    if not trace_args:
+        sys.stdout.flush()
+        return 2 if dumps_failed else 0
+    traces, errors = _expand(trace_args)
     for error in errors:
         print(f"gputop: error: {_one_line(error)}", file=sys.stderr)
     analyses = []
-    failed = bool(errors)
+    failed = bool(errors) or dumps_failed
     for path in traces:
         try:
             analyses.append(analyze_trace(path, limits))

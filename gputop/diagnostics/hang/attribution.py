@@ -48,6 +48,7 @@ class HangFinding(Finding):
     since_s: float | None = None  # how long the longest-waiting rank has waited
     state: str | None = None  # the waiting ranks' entry state: scheduled / started
     no_dump: tuple[int, ...] = ()  # named ranks of which no dump was given
+    blocked_ranks: tuple[int, ...] = ()  # late here because they wait in another group
     calls: tuple[dict, ...] = ()  # desync: [{"ranks": [...], "call": "gloo:all_gather ..."}]
     rank_lines: tuple[tuple[int, str], ...] = ()  # (rank, "train.py:57 time.sleep")
     sizes: tuple = ()
@@ -64,6 +65,7 @@ class HangFinding(Finding):
             "since_s": None if self.since_s is None else round(self.since_s, 3),
             "state": self.state,
             "no_dump": list(self.no_dump),
+            "blocked_ranks": list(self.blocked_ranks),
             "calls": [dict(c) for c in self.calls],
             "where_by_rank": {str(r): line for r, line in self.rank_lines},
             "sizes": [list(s) for s in self.sizes],
@@ -139,7 +141,13 @@ def _groups(dumps: Mapping[int, FrDump], missing: set[int]) -> list[GroupView]:
             enq[e.pg_id][rank] = max(enq[e.pg_id].get(rank, -1), e.seq)
             if e.completed:
                 done[e.pg_id][rank] = max(done[e.pg_id].get(rank, -1), e.seq)
-        for pg, st in d.pg_status.items():
+        # pg_status is keyed by the rank's local pg_id (its groups in creation order), not by
+        # the group's name: map it through this dump's own entries.
+        local = {str(e.pg_index): e.pg_id for e in d.entries if e.pg_index is not None}
+        for key, st in d.pg_status.items():
+            pg = local.get(key)
+            if pg is None:
+                continue  # a group none of whose records is left in the ring buffer
             members[pg].add(rank)
             enq[pg][rank] = max(enq[pg].get(rank, -1), st.get("enqueued", -1))
             done[pg][rank] = max(done[pg].get(rank, -1), st.get("completed", -1))
@@ -283,16 +291,20 @@ def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | Non
                          "dropped")
     # Where each rank waits (first pending collective of each group), for the rank lines.
     waiting_in: dict[int, str] = {}
+    waiting_group: dict[int, set[str]] = defaultdict(set)
     pending: dict[str, dict[int, FrEntry]] = {}
     for g in groups:
         pending[g.id] = {r: e for r in g.dumped if (e := _pending(g, r)) is not None}
         for r, e in pending[g.id].items():
             waiting_in.setdefault(r, _waiting_line(e, g))
+            waiting_group[r].add(g.id)
     findings: list[Finding] = []
     for g in groups:
-        findings += _desyncs(g, dumps, stacks, waiting_in, now)
-        findings += _hangs(g, pending[g.id], missing, dumps, stacks, waiting_in, now)
-    findings = _rank_root_causes(findings, waiting_in)
+        desync = _desyncs(g, dumps, stacks, waiting_in, now)
+        findings += desync
+        if not desync:  # a desync explains its group's wait: no second finding for it
+            findings += _hangs(g, pending[g.id], dumps, stacks, waiting_in, waiting_group, now)
+    findings = _rank_root_causes(findings, waiting_group)
     if findings:
         verdict = findings[0].id
         reason = None
@@ -312,9 +324,9 @@ def _since(entries: list[FrEntry], now: float) -> float | None:
     return max(0.0, now - min(created) / 1e9) if created else None
 
 
-def _hangs(g: GroupView, pend: dict[int, FrEntry], missing: set[int],
-           dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | None,
-           waiting_in: dict[int, str], now: float) -> list[Finding]:
+def _hangs(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
+           stacks: Mapping[int, RankStack] | None, waiting_in: dict[int, str],
+           waiting_group: Mapping[int, set[str]], now: float) -> list[Finding]:
     if not pend:
         return []
     seq = min(e.seq for e in pend.values())
@@ -325,7 +337,15 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], missing: set[int],
     waiters = [pend[r] for r in waiting]
     since = _since(waiters, now)
     pg = {"id": g.id, "desc": g.desc}
-    culprits = sorted(set(behind) | set(absent))
+    # Ranks that entered it and are out of it while others still wait: a failed collective
+    # (a peer died: gloo retires the work with its error) reads as done.
+    left = sorted(r for r in g.dumped if r not in pend and g.last_completed.get(r, -1) >= seq
+                  and seq in g.by_seq and r in g.by_seq[seq])
+    late = sorted(set(behind) | set(absent))
+    # A late rank that itself waits in another group's collective is blocked there, a victim:
+    # the cause is named in that group's finding. Name the others (all, if every one waits).
+    blocked = [r for r in late if waiting_group.get(r, set()) - {g.id}]
+    culprits = [r for r in late if r not in blocked] or late
     lines = tuple((r, _rank_line(r, g, stacks, dumps, waiting_in))
                   for r in sorted(set(culprits) | set(waiting)))
     states = Counter(e.state for e in waiters)
@@ -335,7 +355,7 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], missing: set[int],
     wait_s = f"{since:.0f} s" if since is not None else "an unknown time"
     if culprits:
         names = _ranks_h(culprits)
-        never = " never reached" if len(culprits) == 1 else " never reached"
+        never = " never reached"
         where = "; ".join(f"rank {r} is at {dict(lines)[r]}" for r in culprits[:4])
         title = (f"{names}{never} {_op(entry.op)} #{seq} of {_pg_name(g.id, g.desc)}; the "
                  f"{len(waiting)} other rank{'s' if len(waiting) != 1 else ''} "
@@ -346,7 +366,11 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], missing: set[int],
                                 for r in behind[:8])
                     + ("; " if behind and absent else "")
                     + (f"no dump from {_ranks_h(absent)}" if absent else "")
-                    + f". {where}")
+                    + (f"; {_ranks_h(left)} left it (completed, or failed when a peer died)"
+                       if left else "")
+                    + f". {where}"
+                    + ("".join(f"; rank {r} is blocked: it {waiting_in[r]}" for r in blocked
+                               if r not in culprits)))
         return [HangFinding(
             id="hang", severity="critical", title=title, evidence=evidence,
             fix=(f"look at what {names} {'does' if len(culprits) == 1 else 'do'} instead of "
@@ -354,7 +378,8 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], missing: set[int],
                  "a dead GPU; every rank must call the same collectives in the same order"),
             next_step="gputop hang PID (the live stacks of every rank)",
             cost_s=(since or 0.0) * len(waiting), ranks=tuple(culprits),
-            waiting_ranks=tuple(waiting), no_dump=tuple(absent), **common)]
+            waiting_ranks=tuple(waiting), no_dump=tuple(absent),
+            blocked_ranks=tuple(r for r in blocked if r not in culprits), **common)]
     # Every member entered it: either some rank's work never started/completed, or all hang.
     scheduled = sorted(r for r in waiting if pend[r].state == "scheduled")
     started = sorted(r for r in waiting if pend[r].state == "started")
@@ -423,16 +448,25 @@ def _desyncs(g: GroupView, dumps: Mapping[int, FrDump], stacks: Mapping[int, Ran
     return []
 
 
-def _rank_root_causes(findings: list[Finding], waiting_in: dict[int, str]) -> list[Finding]:
-    """Root causes first: a finding whose named ranks wait nowhere (they are elsewhere, in
-    Python, I/O) before one whose named ranks are themselves stuck in another group's
-    collective (they are victims of that other hang). Then desync before hang, then cost."""
+def _rank_root_causes(findings: list[Finding],
+                      waiting_group: Mapping[int, set[str]]) -> list[Finding]:
+    """Root causes first: a finding whose named ranks wait in no other group's collective (they
+    are elsewhere: Python, I/O) before one whose named ranks are stuck in another group (victims
+    of that other hang); then findings that name ranks; desync before hang; then the longest
+    wait, then cost."""
     kind = {"desync": 0, "hang": 1, "stuck-collective": 2}
 
     def key(f: Finding) -> tuple:
         named = getattr(f, "ranks", ())
-        victim = bool(named) and all(r in waiting_in for r in named)
-        return (victim, not named, kind.get(f.id, 3))
+        pg = (getattr(f, "process_group", None) or {}).get("id")
+        victims = sum(1 for r in named if waiting_group.get(r, set()) - {pg})
+        # At equal standing, the longest wait first: the collective the named ranks failed to
+        # reach earliest is where they stopped (a later one in another group follows from it).
+        # A finding with blocked ranks (late here because they wait in another group) follows
+        # from that other group's finding.
+        since = getattr(f, "since_s", None) or 0.0
+        return (victims / len(named) if named else 1.0, not named, kind.get(f.id, 3),
+                bool(getattr(f, "blocked_ranks", ())), -since)
 
     ordered = order_findings(findings)
     return sorted(ordered, key=key)

@@ -17,6 +17,7 @@ Pure: no torch, no textual.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -54,6 +55,7 @@ class FrEntry:
     state: str  # "scheduled", "started", "completed"
     retired: bool  # PyTorch retired the work (it finished, gloo's way of saying completed)
     is_p2p: bool = False
+    pg_index: int | None = None  # the rank's local pg_id: what pg_status is keyed by
     record_id: int | None = None
     time_created_ns: int | None = None
     time_started_ns: int | None = None
@@ -89,7 +91,8 @@ class FrDump:
     # pg name -> {"desc", "ranks": [int] or None}: as the dump states it (gloo leaves it
     # mostly empty; NCCL lists every group's global ranks).
     pg_config: dict[str, dict] = field(default_factory=dict)
-    # pg name -> {"last_enqueued", "last_started", "last_completed"} (ints, -1 = none).
+    # The rank's local pg_id (as str; the entries' ``pg_index``) -> {"enqueued", "started",
+    # "completed"}: the last collective seq of each (ints, -1 = none).
     pg_status: dict[str, dict[str, int]] = field(default_factory=dict)
     comm_lib_version: str = ""
     form: str = "pickle"  # "pickle" or "json"
@@ -159,11 +162,13 @@ def _with(dump: FrDump, **changes: object) -> FrDump:
 
 def sniff(head: bytes) -> str | None:
     """"pickle" or "json" when ``head`` (the first few KiB of a file) looks like a Flight
-    Recorder dump, else None. A pickle starts with PROTO; the JSON form is an object whose keys
-    include "entries" or "pg_config" (a profiler trace has "traceEvents")."""
+    Recorder dump, else None. A pickle starts with PROTO (protocol 2 to 5); the JSON form is an
+    object whose keys include "pg_config" or "pg_status" (a profiler trace has
+    "traceEvents")."""
     if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
-        return "pickle" if (b"entries" in head or b"pg_config" in head or b"version" in head
-                            or len(head) < 64) else None
+        # Any pickle: a profiler trace never is one, and a hostile one must reach the safe
+        # reader (and its one-line refusal), not be passed over.
+        return "pickle"
     text = head.lstrip()
     if text[:1] == b"{":
         if b'"traceEvents"' in head:
@@ -246,14 +251,24 @@ def _dtypes(value: object) -> tuple[str, ...]:
     return tuple(_clip(_str(v), 32) for v in value[:MAX_DIMS])
 
 
+@functools.lru_cache(maxsize=65536, typed=True)
+def _frame(name: object, filename: object, line: object) -> StackFrame:
+    # A buffer repeats a few call sites thousands of times: each is checked and built once.
+    return StackFrame(function=_str(name, "?"), file=_str(filename), line=_int(line))
+
+
 def _frames(value: object) -> tuple[StackFrame, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
     out = []
     for f in value[:MAX_FRAMES]:
         if isinstance(f, dict):
-            out.append(StackFrame(function=_str(f.get("name"), "?"), file=_str(f.get("filename")),
-                                  line=_int(f.get("line"))))
+            name, filename, line = f.get("name"), f.get("filename"), f.get("line")
+            try:
+                out.append(_frame(name, filename, line))
+            except TypeError:  # an unhashable field: not a frame PyTorch writes
+                out.append(StackFrame(function=_str(name, "?"), file=_str(filename),
+                                      line=_int(line)))
     return tuple(out)
 
 
@@ -279,6 +294,7 @@ def _entry(raw: object) -> FrEntry | None:
         return None
     return FrEntry(
         pg_id=pg_id, pg_desc=pg_desc, seq=seq, op=op, is_p2p=is_p2p,
+        pg_index=_int(raw.get("pg_id")),
         state=_str(raw.get("state"), "unknown"), retired=raw.get("retired") is True,
         record_id=_int(raw.get("record_id")),
         time_created_ns=_time(raw.get("time_created_ns")),
@@ -324,7 +340,7 @@ def _parse(raw: object, name: str, form: str) -> FrDump:
     cfg = raw.get("pg_config")
     if isinstance(cfg, dict):
         for key, val in list(cfg.items())[:MAX_PGS]:
-            if isinstance(val, dict) and _str(key):
+            if isinstance(val, dict):  # gloo keys its one entry by ""
                 pg_config[_str(key)] = {"desc": _str(val.get("desc")),
                                         "ranks": _ranks(val.get("ranks"))}
     pg_status: dict[str, dict[str, int]] = {}
