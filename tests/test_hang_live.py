@@ -194,24 +194,15 @@ def test_h_in_a_terminal_names_rank_2(world, jobs, terminal):  # noqa: F811
     _, seq = _seq_of(world, jobs["a"].pid)
     term = terminal(200, 60, **env)
     proc = start(term, "")
-    job_id = _ranks(jobs["a"].pid, 4)[0]
-    deadline = time.monotonic() + 2 * SLOW
-    while True:  # the hang finding in the findings panel
-        screen = term.capture()
-        if "hangs: no step for" in screen:
-            break
-        assert time.monotonic() < deadline, screen
-        time.sleep(0.2)
-    # The cursor to job (a)'s row.
-    for _ in range(60):
-        screen = term.capture()
-        cursor = next((ln for ln in screen.splitlines() if ln.lstrip().startswith("›")), "")
-        if "job:" in cursor and job_id[:40] in cursor:
-            break
-        term.keys("Down")
-        time.sleep(0.3)
-    else:
-        pytest.fail(f"no row of job {job_id}:\n{screen}")
+    shown_on(term, "no step for", timeout=2 * SLOW)  # the hang finding, in the panel
+    # Only job (a)'s ranks (the filter matches their command line), the cursor on its row.
+    term.keys("/")
+    time.sleep(0.5)
+    term.type("scenario sleep")
+    shown_on(term, "▾ job: 4 ranks")
+    term.keys("Home")
+    wait_for(lambda: any(ln.lstrip().startswith("›") and "▾ job: " in ln
+                         for ln in term.capture().splitlines()), timeout=SLOW, interval=0.1)
     pressed = time.monotonic()
     term.keys("h")
     deadline = time.monotonic() + SLOW
@@ -226,6 +217,16 @@ def test_h_in_a_terminal_names_rank_2(world, jobs, terminal):  # noqa: F811
     term.keys("Escape")
     term.keys("q")
     proc.wait(timeout=SLOW)
+
+
+def shown_on(term, text: str, timeout: float = SLOW) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = term.capture()
+        if text in screen:
+            return screen
+        assert time.monotonic() < deadline, f"{text!r} not shown:\n{screen}"
+        time.sleep(0.1)
 
 
 def _seq_of(env: dict, pid: int) -> tuple[dict, int]:

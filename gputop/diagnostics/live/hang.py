@@ -163,7 +163,8 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
         names = ", ".join(_who(rk, pid) for rk, pid in exited)
         return Finding(
             id="rank-exited", severity="critical",
-            title=f"job {job.job_id}: {names} exited; the other {len(job.ranks)} rank(s) wait",
+            title=(f"{names} exited; the other {len(job.ranks)} rank(s) of job {job.job_id} "
+                   "wait"),
             evidence=(f"{names} has no process any more; {bound_text}; the waiting ranks: "
                       f"{waiting}"),
             fix=("The job cannot go on without that rank: see why it ended (its log, an "
@@ -181,7 +182,7 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
         save = f"; rank {longest_save[0]} has been inside torch.save for {longest_save[1]:.0f} s"
     return Finding(
         id="hang", severity="critical",
-        title=f"job {job.job_id} hangs: {bound_text.split(' (')[0]}",
+        title=f"{bound_text.split(' (')[0]}: job {job.job_id} hangs",
         evidence=f"{bound_text}; ranks: {waiting}{quiet}{save}",
         fix=(f"Press h on the job (or run `{hint}`): every rank's Flight Recorder and stack "
              "name the rank that never reached the collective, the collective and the line"),
