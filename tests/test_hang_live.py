@@ -215,6 +215,8 @@ def test_h_in_a_terminal_names_rank_2(world, jobs, terminal):  # noqa: F811
     print(f"h: attribution shown {time.monotonic() - pressed:.1f} s after the key")
     assert f"#{seq}" in screen and f"hang_train.py:{SLEEP_LINE}" in screen, screen
     term.keys("Escape")
+    time.sleep(1.0)  # Escape then q at once would read as Alt+q
+    shown_on(term, "▾ job: ")
     term.keys("q")
     proc.wait(timeout=SLOW)
 
