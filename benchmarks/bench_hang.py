@@ -11,6 +11,7 @@ Recorder costs a job.
    step and no sleep, with TORCH_FR_BUFFER_SIZE=2000 and with it 0, alternated --rounds times.
 
 Usage: python benchmarks/bench_hang.py [--min-s 5] [--big 16] [--rounds 2]
+       [--only finding|attribution|fr]
 """
 
 from __future__ import annotations
@@ -133,20 +134,27 @@ def main() -> int:
     parser.add_argument("--min-s", type=float, default=5.0, help="GPUTOP_HANG_MIN_S (floor)")
     parser.add_argument("--big", type=int, default=16, help="ranks of the large job")
     parser.add_argument("--rounds", type=int, default=2, help="FR on/off pairs")
+    parser.add_argument("--only", choices=("finding", "attribution", "fr"),
+                        help="measure this one figure only")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gputop-bench-hang-"))
     with private_agent_world(work / "captures", OMP_NUM_THREADS="1",
                              GPUTOP_HANG_MIN_S=str(args.min_s)) as (env, _):
-        detect = time_to_finding(env)
-        print(f"hang -> finding: {detect:.1f} s (bound floor {args.min_s:.0f} s, + the "
-              "monitor's 4 s hysteresis and its 1 s ticks)")
-        for ranks in (4, args.big):
+        if args.only in (None, "finding"):
+            detect = time_to_finding(env)
+            print(f"hang -> finding: {detect:.1f} s (bound floor {args.min_s:.0f} s, + the "
+                  "monitor's 4 s hysteresis and its 1 s ticks)")
+        for ranks in (4, args.big) if args.only in (None, "attribution") else ():
             took, title = time_to_attribution(env, ranks)
             print(f"h / gputop hang, {ranks} ranks: attribution in {took:.2f} s: {title}")
+        if args.only not in (None, "fr"):
+            return 0
         on, off = [], []
         for _ in range(args.rounds):
             on.append(step_time(env, True))
             off.append(step_time(env, False))
+        print("  per round (on, off) ms: " + ", ".join(
+            f"({a * 1e3:.2f}, {b * 1e3:.2f})" for a, b in zip(on, off)))
         ratio = statistics.median(on) / statistics.median(off)
         print(f"Flight Recorder cost, 8 all_reduce per step, 4 gloo ranks: step p50 "
               f"{statistics.median(on) * 1e3:.2f} ms on / {statistics.median(off) * 1e3:.2f} ms "
