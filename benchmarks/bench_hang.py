@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gputop.agent.client import agent_status  # noqa: E402
 from gputop.capture.hang import HangError, collect, find_ranks  # noqa: E402
 from gputop.capture.hang_report import join  # noqa: E402
+from gputop.client.agents import agent_status  # noqa: E402
 from tests.conftest import end_popen  # noqa: E402
 from tests.scripts.agent_testkit import gputop_run, private_agent_world  # noqa: E402
 

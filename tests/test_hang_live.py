@@ -136,7 +136,7 @@ def test_c_a_killed_rank_is_named_rank_exited(world, jobs):
 
 def kill_rank_3(launcher: int) -> None:
     """SIGKILL rank 3 once every rank has stepped (its process group made, sockets kept)."""
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     _, ranks = _ranks(launcher, 4)
     for r in ranks:
@@ -157,7 +157,7 @@ def test_d_a_desync_names_both_calls(world, jobs):
 def test_live_findings_and_a_job_wide_checkpoint_is_not_a_hang(world, jobs):
     """`gputop watch` raises hang for (a) and (b), rank-exited for (c) (its rank killed by the
     test above, or here), and nothing for (e) while its ranks write their checkpoint."""
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     ids = {name: _ranks(proc.pid, 4 if name != "c" else 3) for name, proc in jobs.items()}
     if ids["c"] is None:  # run alone: kill (c)'s rank 3 here

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from gputop.agent import flight_recorder
-from gputop.agent.protocol import MAX_MESSAGE, encode
 from gputop.commands.run import job_environment
 from gputop.diagnostics.live import evaluate
 from gputop.diagnostics.live.hang import MIN_ENV, bound_s, min_bound_s
 from gputop.model import DriverInfo, HostSample, ProcSample, Snapshot
+from gputop.protocol import MAX_MESSAGE, encode
 
 JOB = "torchrun:unit"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.client import AgentError, list_agents, request
+from gputop.client.agents import AgentError, list_agents, request
 from gputop.stacks.access import StacksError, refusal
 from gputop.stacks.profile import Frame, ThreadNow, parse_dump
 from gputop.stacks.pyspy import NOT_INSTALLED, _dump, find_py_spy
