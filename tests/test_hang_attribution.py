@@ -4,6 +4,7 @@ states gloo never writes (started, completed). Pure Python: no job is run."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import pytest
@@ -182,3 +183,16 @@ def test_a_real_nccl_dump_in_flight_and_done():
         "nccl:all_reduce", 33, "scheduled", {"id": "0", "desc": "default_pg"})
     report = attribute({0: read_dump(str(NCCL / "nccl_h200_done" / "nccl_trace_rank_0"))})
     assert report.verdict == "healthy"
+
+
+def test_a_dump_named_without_a_rank_gets_it_from_its_groups():
+    # NCCL's pg_config lists each group's global ranks: rank 6's TP and DP groups meet in it.
+    from gputop.diagnostics.hang import read_dump_bytes
+
+    raw = pickle.loads((DATA / "fr" / "gloo_multipg_rank_0").read_bytes())  # our own data
+    raw["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(16)))},
+                        "2": {"name": "2", "desc": "TENSOR_PARALLEL_GROUP", "ranks": "[4, 5, 6, 7]"},
+                        "7": {"name": "7", "desc": "DATA_PARALLEL_GROUP", "ranks": "[2, 6, 10, 14]"}}
+    assert read_dump_bytes(pickle.dumps(raw), "dump.pkl").rank == 6
+    raw["pg_config"] = {}
+    assert read_dump_bytes(pickle.dumps(raw), "dump.pkl").rank is None

@@ -254,3 +254,18 @@ def test_the_committed_real_dump_reads_in_both_forms():
         [(e.pg_id, e.seq, e.op) for e in b.entries]
     assert any(e.frames for e in a.entries)  # the pickle carries stacks
     assert a.dumped_at and a.dumped_at <= time.time() + 1
+
+
+def test_a_pickle_sharing_one_object_everywhere_is_read_once_and_bounded():
+    # References make a small pickle name one big list from every entry and group: each shared
+    # object is read once, and the groups' rank lists share one budget.
+    ranks = list(range(100_000))
+    entry = {"profiling_name": "nccl:all_reduce", "collective_seq_id": 1,
+             "process_group": ("0", "default_pg"),
+             "frames": [{"name": "f", "filename": "train.py", "line": 1}] * 1000}
+    data = pickle.dumps({"entries": [entry] * 200_000,
+                         "pg_config": {str(i): {"desc": "x", "ranks": ranks} for i in range(4096)}})
+    assert len(data) < 2**20
+    d = read_dump_bytes(data, "fr_trace_rank_0")
+    assert len(d.entries) == 200_000 and len(d.entries[0].frames) == 64
+    assert sum(1 for v in d.pg_config.values() if v["ranks"]) <= 11

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gputop.diagnostics.findings import Finding, order_findings
 from gputop.diagnostics.hang.dumps import FrDump, FrEntry
@@ -341,15 +342,17 @@ def _hangs(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
     # (a peer died: gloo retires the work with its error) reads as done.
     left = sorted(r for r in g.dumped if r not in pend and g.last_completed.get(r, -1) >= seq
                   and seq in g.by_seq and r in g.by_seq[seq])
-    late = sorted(set(behind) | set(absent))
     # A late rank that itself waits in another group's collective is blocked there, a victim:
     # the cause is named in that group's finding. Name the others (all, if every one waits).
-    blocked = [r for r in late if waiting_group.get(r, set()) - {g.id}]
-    culprits = [r for r in late if r not in blocked] or late
+    blocked = [r for r in behind if waiting_group.get(r, set()) - {g.id}]
+    late = [r for r in behind if r not in blocked] or behind
+    # Ranks without a dump are named only when no dumped rank is late: dumps of one node of a
+    # larger job lack the other nodes' ranks, which may well be waiting too.
+    culprits = sorted(late) if late else absent
     lines = tuple((r, _rank_line(r, g, stacks, dumps, waiting_in))
                   for r in sorted(set(culprits) | set(waiting)))
     states = Counter(e.state for e in waiters)
-    common = dict(collective=entry.op, process_group=pg, seq=seq, since_s=since,
+    common: dict[str, Any] = dict(collective=entry.op, process_group=pg, seq=seq, since_s=since,
                   state=states.most_common(1)[0][0], rank_lines=lines,
                   sizes=entry.input_sizes, dtypes=entry.input_dtypes, pid=None)
     wait_s = f"{since:.0f} s" if since is not None else "an unknown time"
@@ -423,7 +426,8 @@ def _desyncs(g: GroupView, dumps: Mapping[int, FrDump], stacks: Mapping[int, Ran
         ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
         majority_ranks = ordered[0][1]
         named = sorted(r for _, rs in ordered[1:] for r in rs)
-        calls = tuple({"ranks": rs, "call": per_rank[rs[0]].call()} for _, rs in ordered)
+        calls: tuple[dict[str, Any], ...] = tuple(
+            {"ranks": rs, "call": per_rank[rs[0]].call()} for _, rs in ordered)
         first_named = per_rank[named[0]]
         intended = per_rank[majority_ranks[0]]
         pending = [e for e in per_rank.values() if not e.completed]
@@ -472,7 +476,7 @@ def _rank_root_causes(findings: list[Finding],
     return sorted(ordered, key=key)
 
 
-def _ranks_h(ranks: list[int] | tuple[int, ...]) -> str:
+def _ranks_h(ranks: Iterable[int]) -> str:
     ranks = sorted(ranks)
     if not ranks:
         return "no rank"

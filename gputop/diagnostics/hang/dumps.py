@@ -25,6 +25,7 @@ import pickle
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import Any
 
 from gputop.diagnostics.hang.stacks import MAX_FRAMES, StackFrame
 
@@ -154,7 +155,7 @@ def read_dump(path: str, max_bytes: int = MAX_DUMP_BYTES) -> FrDump:
     return _with(dump, dumped_at=st.st_mtime)
 
 
-def _with(dump: FrDump, **changes: object) -> FrDump:
+def _with(dump: FrDump, **changes: Any) -> FrDump:
     from dataclasses import replace
 
     return replace(dump, **changes)
@@ -257,9 +258,19 @@ def _frame(name: object, filename: object, line: object) -> StackFrame:
     return StackFrame(function=_str(name, "?"), file=_str(filename), line=_int(line))
 
 
-def _frames(value: object) -> tuple[StackFrame, ...]:
+def _frames(value: object, memo: dict[int, Any]) -> tuple[StackFrame, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
+    # A pickle may name one list from every entry for the price of a reference: each distinct
+    # object is read once, so the work stays proportional to the file's size.
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    memo[key] = result = _frames_of(value)
+    return result
+
+
+def _frames_of(value: list | tuple) -> tuple[StackFrame, ...]:
     out = []
     for f in value[:MAX_FRAMES]:
         if isinstance(f, dict):
@@ -277,9 +288,16 @@ def _time(value: object) -> int | None:
     return v if v else None  # the JSON form writes 0 for "not seen"
 
 
-def _entry(raw: object) -> FrEntry | None:
+def _entry(raw: object, memo: dict[int, Any]) -> FrEntry | None:
     if not isinstance(raw, dict):
         return None
+    key = id(raw)
+    if key not in memo:
+        memo[key] = _entry_of(raw, memo)
+    return memo[key]
+
+
+def _entry_of(raw: dict, memo: dict[int, Any]) -> FrEntry | None:
     pg = raw.get("process_group")
     if isinstance(pg, (list, tuple)) and len(pg) >= 2:
         pg_id, pg_desc = _str(pg[0]), _str(pg[1])
@@ -303,21 +321,29 @@ def _entry(raw: object) -> FrEntry | None:
         input_sizes=_sizes(raw.get("input_sizes")), input_dtypes=_dtypes(raw.get("input_dtypes")),
         output_sizes=_sizes(raw.get("output_sizes")),
         output_dtypes=_dtypes(raw.get("output_dtypes")),
-        timeout_ms=_int(raw.get("timeout_ms")), frames=_frames(raw.get("frames")))
+        timeout_ms=_int(raw.get("timeout_ms")), frames=_frames(raw.get("frames"), memo))
+
+
+MAX_RANKS = 1 << 17  # ranks listed for one group
+MAX_RANKS_TOTAL = 1 << 20  # ranks listed over all groups of one dump (a pickle can name one
+# long list from every group for the price of a reference: the work stays bounded)
 
 
 def _ranks(value: object) -> list[int] | None:
     """pg_config's "ranks": a string "[0, 1, 2]" (as PyTorch writes it) or a list."""
     if isinstance(value, str):
-        if len(value) > 1_000_000:
+        if len(value) > 8 * MAX_RANKS:
             return None
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
-    if not isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_RANKS:
         return None
-    out = [v for v in (_int(x) for x in value) if v is not None and v >= 0]
+    if all(type(x) is int for x in value):  # the usual case, fast
+        out = [x for x in value if 0 <= x < 1 << 31]
+    else:
+        out = [v for v in (_int(x) for x in value) if v is not None and v >= 0]
     return out or None
 
 
@@ -332,40 +358,50 @@ def _parse(raw: object, name: str, form: str) -> FrDump:
     if not isinstance(entries_raw, (list, tuple)):
         raise DumpError(f"{name}: damaged dump ('entries' is a {type(entries_raw).__name__})")
     dropped = max(0, len(entries_raw) - MAX_ENTRIES)
-    entries = tuple(e for e in (_entry(r) for r in entries_raw[-MAX_ENTRIES:]) if e is not None)
+    memo: dict[int, Any] = {}  # id -> parsed, for objects the pickle shares (raw keeps them)
+    entries = tuple(e for e in (_entry(r, memo) for r in entries_raw[-MAX_ENTRIES:])
+                    if e is not None)
     if entries_raw and not entries:
         raise DumpError(f"{name}: damaged dump (none of its {len(entries_raw)} entries names a "
                         "collective and a sequence number)")
     pg_config: dict[str, dict] = {}
     cfg = raw.get("pg_config")
     if isinstance(cfg, dict):
+        budget = MAX_RANKS_TOTAL
         for key, val in list(cfg.items())[:MAX_PGS]:
             if isinstance(val, dict):  # gloo keys its one entry by ""
-                pg_config[_str(key)] = {"desc": _str(val.get("desc")),
-                                        "ranks": _ranks(val.get("ranks"))}
+                ranks = _ranks(val.get("ranks")) if budget > 0 else None
+                budget -= len(ranks or ()) + 1
+                pg_config[_str(key)] = {"desc": _str(val.get("desc")), "ranks": ranks}
     pg_status: dict[str, dict[str, int]] = {}
     sts = raw.get("pg_status")
     if isinstance(sts, dict):
         for key, val in list(sts.items())[:MAX_PGS]:
             if isinstance(val, dict):
-                pg_status[_str(key)] = {
-                    k: (_int(val.get(f"last_{k}_collective")) if _int(
-                        val.get(f"last_{k}_collective")) is not None else -1)
-                    for k in ("enqueued", "started", "completed")}
+                status: dict[str, int] = {}
+                for k in ("enqueued", "started", "completed"):
+                    v = _int(val.get(f"last_{k}_collective"))
+                    status[k] = -1 if v is None else v
+                pg_status[_str(key)] = status
     rank = rank_from_name(name)
     if rank is None:
-        rank = _rank_from_content(raw)
+        rank = _rank_from_content(raw, pg_config)
     return FrDump(name=name, rank=rank, version=_str(raw.get("version")), entries=entries,
                   pg_config=pg_config, pg_status=pg_status,
                   comm_lib_version=_str(raw.get("comm_lib_version")), form=form,
                   truncated_entries=dropped)
 
 
-def _rank_from_content(raw: dict) -> int | None:
-    """A rank stated by the dump itself: a "rank" key (some writers add it), else none (the
-    standard dump does not carry its own global rank)."""
+def _rank_from_content(raw: dict, pg_config: dict[str, dict]) -> int | None:
+    """A rank stated by the dump itself: a "rank" key (some writers add it); else the one rank
+    common to every group it lists (NCCL lists the global ranks of each group the rank is in:
+    its tensor- and data-parallel groups meet in that rank alone); else none."""
     for key in ("rank", "global_rank"):
         v = _int(raw.get(key))
         if v is not None and v >= 0:
             return v
-    return None
+    common: set[int] | None = None
+    for cfg in pg_config.values():
+        if cfg.get("ranks"):
+            common = set(cfg["ranks"]) if common is None else common & set(cfg["ranks"])
+    return next(iter(common)) if common is not None and len(common) == 1 else None

@@ -26,7 +26,9 @@ MAX_FILES = 65536  # files looked at in one folder
 
 
 def _head(path: str) -> bytes:
-    try:
+    try:  # a FIFO is never opened here: opening one would take a writer's data away
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return b""
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return b""

@@ -51,6 +51,9 @@ def format_report(report: HangReport, width: int = 100) -> str:
             if f.waiting_ranks:
                 out += wrap(f"waiting: rank(s) {', '.join(map(str, f.waiting_ranks))}"
                             + (f" for {f.since_s:.0f} s" if f.since_s is not None else ""))
+            if f.blocked_ranks:
+                out += wrap(f"blocked: rank(s) {', '.join(map(str, f.blocked_ranks))} (late here "
+                            "because they wait in another group's collective)")
             for c in f.calls:
                 out += wrap(f"call of rank(s) {', '.join(map(str, c['ranks']))}: {c['call']}")
             named = set(f.ranks)
