@@ -170,7 +170,7 @@ def test_live_findings_and_a_job_wide_checkpoint_is_not_a_hang(world, jobs):
     wait_for(lambda: (agent_status(rank0_e.pid, timeout=5) or {}).get("checkpoint_s") is not None,
              timeout=2 * SLOW, interval=0.2)
     watch = subprocess.run(
-        [sys.executable, "-m", "gputop", "watch", "--json", "--no-where", "--duration", "15"],
+        [sys.executable, "-m", "gputop", "watch", "--json", "--no-where", "--duration", "25"],
         capture_output=True, text=True, env=world, cwd=REPO, timeout=3 * SLOW)
     lines = [json.loads(line) for line in watch.stdout.splitlines() if line.startswith("{")]
     raised = {(x.get("job"), x["id"]) for x in lines if x.get("state") == "raised"}
