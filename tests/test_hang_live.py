@@ -125,12 +125,6 @@ def test_b_a_rank_holding_the_gil_is_read_by_py_spy(world, jobs):
 def test_c_a_killed_rank_is_named_rank_exited(world, jobs):
     kill_rank_3(jobs["c"].pid)
     job_id = wait_for(lambda: _ranks(jobs["c"].pid, 3), timeout=SLOW)[0]
-    # Live: the watch's view of the job, printed, not asserted. Run on its own (and by hand)
-    # it raises rank-exited naming rank 3; beside the four other jobs on the shared 2-core
-    # machine it raised nothing for this job in three runs (not understood yet: the lead's
-    # report says so). tests/test_hang_units.py checks the rule itself.
-    lines = watch_lines(world, 25)
-    print("watch on job (c):", [(x["id"], x["title"]) for x in lines if x.get("job") == job_id])
     report, f = wait_for_finding(world, jobs["c"].pid, "rank-exited")
     # Killed mid-step, rank 3 may have left some ranks in the collective before: those wait
     # there, the others in the next one; either way only the others wait.
@@ -139,6 +133,12 @@ def test_c_a_killed_rank_is_named_rank_exited(world, jobs):
     assert report["exited_ranks"] == [3]
     # The line: where the others wait for it.
     assert all("hang_train.py:" in f["where_by_rank"][str(r)] for r in f["waiting_ranks"]), f
+    # Live: the watch's view of the job, printed, not asserted. By hand it raises rank-exited
+    # naming rank 3; under pytest the surviving ranks of this job end some 20-40 s after the
+    # kill (not understood yet: the report to the lead says so), so the watch may see no job.
+    # tests/test_hang_units.py checks the rule itself.
+    lines = watch_lines(world, 25)
+    print("watch on job (c):", [(x["id"], x["title"]) for x in lines if x.get("job") == job_id])
 
 
 def watch_lines(env: dict, seconds: int) -> list[dict]:
