@@ -18,7 +18,7 @@ from gputop import __version__
 from gputop.errors import UsageError
 
 # Order is the order shown in --help.
-COMMANDS = ("top", "snapshot", "watch", "capture", "memory", "stacks", "analyze", "run",
+COMMANDS = ("top", "snapshot", "watch", "capture", "memory", "stacks", "hang", "analyze", "run",
             "record", "report", "replay", "stream", "exporter")
 
 

@@ -24,7 +24,7 @@ from gputop.pidns import INIT_PIDNS, ns_inode
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE = 64 * 1024
-COMMANDS = ("hello", "status", "capture", "cancel", "seen", "flops", "memory")
+COMMANDS = ("hello", "status", "capture", "cancel", "seen", "flops", "memory", "fr_dump")
 # Where a training process's time goes: the agent's goodput ledger books every second into one
 # of these, the monitor's efficiency ledger reads them back (``status["goodput"]``).
 GOODPUT_CATEGORIES = ("productive", "startup", "dataloader", "capture", "checkpoint", "stall",

@@ -17,10 +17,6 @@ import pytest
 from tests.conftest import REPO
 
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
-# Pages that other branches write (issues 36, 37, 39, 40, 41) and the lead adds at the merge:
-# linked already, excused only while absent. Once merged, a broken link to one of them fails.
-PENDING = {"hangs.md", "hangs-live.md", "untrusted-input.md", "prometheus.md",
-           "performance.md", "compile.md"}
 
 LINK = re.compile(r"(?<!\\)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~)")
@@ -88,8 +84,6 @@ def test_there_are_pages_and_links():
 def test_every_link_leads_somewhere(page, target):
     path, _, anchor = target.partition("#")
     dest = (page.parent / path).resolve() if path else page
-    if not dest.exists() and dest.name in PENDING and dest.parent == REPO / "docs":
-        pytest.skip(f"{dest.name} is written on another branch (added at the merge)")
     assert dest.exists(), f"{page.relative_to(REPO)}: link to {target}: no such file"
     assert REPO in dest.parents or dest == REPO, f"{page}: {target} leaves the repository"
     if anchor and dest.suffix == ".md":
@@ -100,8 +94,6 @@ def test_every_page_is_in_the_sites_nav():
     nav = (REPO / "mkdocs.yml").read_text()
     for page in (REPO / "docs").rglob("*.md"):
         assert f": {page.relative_to(REPO / 'docs')}" in nav, f"{page.name} is not in mkdocs.yml"
-    for name in PENDING:
-        assert f": {name}" in nav
 
 
 def examples() -> list[tuple[str, str, bool]]:
@@ -182,6 +174,6 @@ def test_every_file_named_in_code_exists():
     for page in PAGES:
         prose, _ = _text_and_code(page)
         for path in REPO_PATH.findall("\n".join(prose)):
-            if not (REPO / path).exists() and Path(path).name not in PENDING:
+            if not (REPO / path).exists():
                 missing.append(f"{page.relative_to(REPO)}: {path}")
     assert not missing, "\n".join(missing)

@@ -94,10 +94,15 @@ def wrap_torch_save(torch: Any, ledger_of: Callable[[], Any],
     def save(*args: Any, **kwargs: Any) -> Any:
         t0 = perf_counter()
         blocks = _written_blocks()
+        ledger = ledger_of()
+        if ledger is not None:
+            ledger.saving_since = t0  # the live hang rule: a checkpoint, not a hang
         try:
             return original(*args, **kwargs)
         finally:
             try:
+                if ledger is not None:
+                    ledger.saving_since = None
                 ledger = ledger_of()
                 if ledger is not None and step_thread() == threading.get_ident():
                     ledger.add_checkpoint(perf_counter() - t0, _written_blocks() - blocks)
@@ -141,6 +146,12 @@ class GoodputLedger:
         self._window_steps = 0
         self.best_rate: float | None = None  # steps/s of the best BEST_WINDOW_S window
         self.best_at: float | None = None
+        self.saving_since: float | None = None  # perf_counter when a torch.save began
+
+    def saving_for(self) -> float | None:
+        """Seconds the torch.save in progress has taken so far (None when none runs)."""
+        since = self.saving_since
+        return None if since is None else round(max(0.0, time.perf_counter() - since), 3)
 
     @property
     def seconds(self) -> dict[str, float]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gputop.agent import flight_recorder
 from gputop.agent.children import in_dataloader_worker
 from gputop.agent.compile_watch import CompileWatch
 from gputop.agent.flops import FlopCount
@@ -86,6 +87,8 @@ class Agent:
                 "seen": lambda msg, gone: self.pids.seen(msg),
                 "flops": self.flops.request,
                 "memory": self.memory.request,
+                "fr_dump": lambda msg, gone: flight_recorder.request(
+                    msg, distributed_info().get("rank")),  # type: ignore[arg-type]
             },
             on_error=self.telemetry.record_error,
         )
@@ -175,6 +178,9 @@ class Agent:
                 compiled = None
             if compiled is not None:
                 reply["compile"] = compiled
+        # What the live hang rule reads: Flight Recorder on or not, a torch.save in progress.
+        reply["flight_recorder"] = flight_recorder.status()
+        reply["checkpoint_s"] = self.telemetry.ledger.saving_for()
         reply["agent_errors"] = self.telemetry.errors
         if self.telemetry.last_error:
             reply["last_agent_error"] = self.telemetry.last_error

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from gputop.errors import UsageError
 
+FR_ENV_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FR_BUFFER_DEFAULT = 2000  # entries of Flight Recorder's ring that `gputop run` turns on
 BOOT_DIR = Path(__file__).resolve().parent.parent / "_boot"
 
 
@@ -27,7 +29,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         description=(
             "Run CMD with the gputop agent loaded in each of its Python processes (never in "
             "DataLoader workers). The command replaces gputop: same pid, signals and exit "
-            "status. Example: gputop run -- torchrun --nproc-per-node 2 train.py"
+            "status. Flight Recorder is turned on (TORCH_FR_BUFFER_SIZE=2000) unless the job sets "
+            "TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE itself (set it to 0 to keep it "
+            "off); `gputop hang` reads it. Example: gputop run -- torchrun --nproc-per-node 2 "
+            "train.py"
         ),
     )
     parser.add_argument(
@@ -44,6 +49,10 @@ def job_environment(base: dict[str, str], capture_dir: str | None = None) -> dic
     boot = str(BOOT_DIR)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
     env["PYTHONPATH"] = os.pathsep.join([boot, *parts])
+    if not any(env.get(name) for name in FR_ENV_NAMES):
+        # Flight Recorder on (a ring of the last collectives per rank, a few hundred bytes
+        # each): `gputop hang` reads it when the job hangs. The job's own setting wins.
+        env[FR_ENV_NAMES[0]] = str(FR_BUFFER_DEFAULT)
     if capture_dir:
         env["GPUTOP_CAPTURE_DIR"] = os.path.abspath(os.path.expanduser(capture_dir))
     return env

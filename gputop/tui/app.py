@@ -35,7 +35,6 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
 
 from gputop.diagnostics.findings import finding_key
-from gputop.job_groups import jobs_in
 from gputop.model import Snapshot
 from gputop.tui.app_support import (
     FrameReady,
@@ -45,13 +44,13 @@ from gputop.tui.app_support import (
     showing_process,
     where_finder,
 )
+from gputop.tui.capture_keys import CaptureKeys
 from gputop.tui.captures import CaptureController
 from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
 from gputop.tui.keys import KEYS, LIVE_ONLY, MAIN_ONLY, REPLAY_ONLY
 from gputop.tui.layout import Plan, plan_layout
 from gputop.tui.replay_feed import ReplayFeed
 from gputop.tui.severity import worst_severity
-from gputop.tui.signals import ask_and_signal
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.findings import (
     FindingsBanner,
@@ -78,7 +77,7 @@ NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
 FINDINGS_PERIOD = 4.9
 
 
-class GputopApp(App[int]):
+class GputopApp(CaptureKeys, App[int]):
     CSS_PATH = "gputop.tcss"
     TITLE = "gputop"
     ENABLE_COMMAND_PALETTE = False
@@ -94,15 +93,6 @@ class GputopApp(App[int]):
             return replaying and self.focused is not self._filter_box()
         # LIVE_ONLY actions stay enabled while replaying: each says why it cannot act
         # (_replay_refuses), rather than a key that silently does nothing.
-        return True
-
-    def _replay_refuses(self, what: str) -> bool:
-        """True (and a notification saying why) when this is a recording played back."""
-        if not isinstance(self.feed, ReplayFeed):
-            return False
-        self.notify(f"{what}: this is a recording played back, its processes are not running "
-                    "here (run `gputop` on the live machine for that)", severity="warning",
-                    timeout=6, markup=False)
         return True
 
     def __init__(
@@ -527,53 +517,7 @@ class GputopApp(App[int]):
     def _left_process_view(self) -> None:
         self.feed.focus_pid = None
 
-    def action_signal_process(self) -> None:
-        """`k`: SIGTERM to the selected process, once confirmed."""
-        if self._replay_refuses("cannot signal a process"):
-            return
-        ask_and_signal(self, self.table.selected_row())
-
-    # -- captures: the controller beside the App runs them (tui/captures.py) ------------------
-
-    def action_request_capture(self) -> None:
-        """`p`: capture the selected process (every rank, on a job row) and diagnose it."""
-        if self._replay_refuses("cannot capture (p)"):
-            return
-        row = self.table.selected_row()
-        if row is not None and row.job is not None:  # the job row: every rank
-            self.capture.request(row.pid, row.job)
-            return
-        pid = self._selected_pid(training=True)
-        if pid is not None:
-            self.capture.request(pid)
-
-    def action_memory_capture(self) -> None:
-        """`m`: where the selected training process's memory goes (its agent's memory
-        capture: growth by source line, the peak's parts, reserved versus allocated)."""
-        if self._replay_refuses("cannot capture memory (m)"):
-            return
-        pid = self._selected_pid(training=True)
-        if pid is not None:
-            self.capture.memory(pid)
-
-    def action_count_flops(self) -> None:
-        """`F`: count the FLOPs of the selected process's next step again; on a job row, of
-        every rank."""
-        if self._replay_refuses("cannot count FLOPs (F)"):
-            return
-        row = self.table.selected_row()
-        if row is not None and row.job is not None:
-            job = next((j for j in jobs_in(self.frame.snapshot) if j.job_id == row.job), None) \
-                if self.frame is not None else None
-            pids = [r.pid for r in job.ranks] if job is not None else []
-        else:
-            pid = self._selected_pid(training=True)
-            pids = [] if pid is None else [pid]
-        self.capture.count_flops(pids)
-
-    def action_last_oom(self) -> None:
-        """`M`: the out-of-memory report of the last process with the agent that died of it."""
-        self.capture.show_last_oom()
+    # -- captures: the keys are CaptureKeys' (tui/capture_keys.py), the work the controller's --
 
     def action_capture(self, pid: int) -> None:
         """`p` on a process whose agent listens: capture, then show the diagnosis."""

@@ -25,6 +25,7 @@ KEYS = [
     Binding("m", "memory_capture", "Memory"),
     Binding("M", "last_oom", "Last OOM", show=False),
     Binding("F", "count_flops", "FLOPs", show=False),
+    Binding("h", "hang_report", "Hang", show=False),
     Binding("escape", "escape", show=False),
     # A recording played back (--replay): step, seek, either end.
     Binding("left", "step(-1)", "Step", key_display="←→", priority=True),
@@ -40,7 +41,7 @@ MAIN_ONLY = frozenset({"toggle_pause", "window", "toggle_compact", "cycle_sort",
                        "reverse_sort", "filter", "toggle_tree", "open_process",
                        "signal_process", "request_capture", "help", "escape",
                        "show_findings", "count_flops", "step", "seek", "seek_to",
-                       "memory_capture", "last_oom"})
+                       "memory_capture", "last_oom", "hang_report"})
 REPLAY_ONLY = frozenset({"step", "seek", "seek_to"})
 LIVE_ONLY = frozenset({"signal_process", "request_capture",
-                       "count_flops", "memory_capture"})  # act on a live process
+                       "count_flops", "memory_capture", "hang_report"})  # act on a live process

@@ -19,6 +19,7 @@ from dataclasses import replace
 from gputop.diagnostics.findings import Finding, order_findings
 from gputop.diagnostics.live.compile import rule_compile
 from gputop.diagnostics.live.efficiency import rule_mfu_drop
+from gputop.diagnostics.live.hang import rule_hang
 from gputop.diagnostics.live.hardware import rule_hardware, rule_throttling
 from gputop.diagnostics.live.host import rule_host_bound, rule_host_sync, rule_launch_bound
 from gputop.diagnostics.live.idle import rule_gpu_idle, rule_hung
@@ -47,6 +48,7 @@ RULES = (
     rule_launch_bound,
     rule_mfu_drop,
     rule_compile,
+    rule_hang,
 )
 
 # mfu-drop last: a job slower than its own best window, which any of the others explains better.

@@ -21,6 +21,7 @@ from gputop.diagnostics.live.common import (
     WORKED_UTIL,
     mean,
 )
+from gputop.diagnostics.live.hang import RankMemory
 from gputop.diagnostics.live.links import Link, gpu_link
 from gputop.diagnostics.live.startup import StartUp
 from gputop.model import GpuSample, Snapshot
@@ -134,12 +135,14 @@ class _Windows:
         self.gpus: dict[int, _GpuWindows] = {}  # in the order the GPUs were first seen
         self.startup = StartUp()
         self.starting: set[int] = set()  # GPUs of the newest snapshot in a job's start-up
+        self.ranks = RankMemory()  # every job's local ranks seen: the hang rule names the gone
 
     def add(self, snap: Snapshot) -> None:
         now = snap.time
         self.snapshots.append(snap)
         self.times.append(now)
         self.starting = self.startup.update(snap)
+        self.ranks.update(snap)
         for g in snap.gpus:
             if g.index in self.starting:
                 self.gpus.pop(g.index, None)  # its windows begin after the start-up
@@ -168,6 +171,7 @@ class _Windows:
             span=newest.time - self.times[0],
             gpus={i: s for i, s in self.gpus.items()
                   if i in current and len(s.window) >= MIN_SAMPLES},
+            ranks=self.ranks,
         )
 
 
@@ -214,6 +218,7 @@ class _Context:
     _host_cpu: float | None = None
     _readings: dict[int, GpuReadings] = field(default_factory=dict)
     loads: dict = field(default_factory=dict)  # (GPU, pid) -> load.TreeLoad
+    ranks: RankMemory | None = None  # the jobs' local ranks seen so far (the hang rule)
 
     def host_cpu(self) -> float:
         """The host's mean CPU % over the window (0 when unknown)."""
