@@ -9,7 +9,9 @@ busy) holds the GPU so both show one GPU process. For each of --runs runs:
   two start one after the other, alternating who goes first; the other one is not running yet);
 - CPU: both running at the same time, --seconds after --warmup, each one's own process
   (threads included), as % of one core;
-- RSS and threads at the end of that window.
+- RSS and threads at the end of that window;
+- beside them, Textual's floor: a minimal Textual app that only redraws a screenful of text
+  each interval, measured the same way (--no-floor leaves it out).
 
 It prints each run, then min / median / max of each figure and of the per-run ratios
 gputop/nvitop (goals, median: CPU <= 1.00, RSS <= 1.5, first frame <= 1.2), with the
@@ -48,6 +50,27 @@ REPO = Path(__file__).resolve().parents[2]
 FIRST_FRAME_TIMEOUT_S = 45.0
 JOB_READY_TIMEOUT_S = 60.0
 NAMES = ("gputop", "nvitop")
+# Textual's floor: a minimal Textual app that redraws a screenful of text once per interval
+# (one Static widget) and reads nothing. Run beside the two (not in the ratios' goals): what
+# any monitor built on Textual costs at the least, measured in the same run.
+FLOOR = """
+import sys
+from textual.app import App
+from textual.widgets import Static
+interval, rows, cols = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+class Floor(App):
+    n = 0
+    def compose(self):
+        yield Static(id="s")
+    def on_mount(self):
+        self.draw()
+        self.set_interval(interval, self.draw)
+    def draw(self):
+        self.n += 1
+        self.query_one(Static).update("\\n".join(
+            f"FLOOR-DRAWN {self.n:6d} row {i:3d} ".ljust(cols - 1, ".") for i in range(rows - 1)))
+Floor().run()
+"""
 # Escape sequences (CSI, OSC, DCS/APC strings, charset picks, two-byte escapes), removed from a
 # monitor's output before looking for text: what is left is what a terminal would print.
 ESCAPES = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]P_^][^\x07\x1b]*(?:\x07|\x1b\\)?"
@@ -177,6 +200,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0,
                         help="seconds after both first frames that are not counted")
     parser.add_argument("--size", default="160x50")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="leave out the minimal Textual app (Textual's floor)")
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args()
     width, height = (int(x) for x in args.size.split("x"))
@@ -223,14 +248,19 @@ def main() -> int:
               f"--interval {args.interval:g}, pty {width}x{height}, {args.runs} runs: "
               f"{args.warmup:g} s warm-up then {args.seconds:g} s side by side; "
               f"GPU processes shown: {len(pids)}")
+        names = (*NAMES, "textual") if args.floor else NAMES
+        commands["textual"] = [py, "-c", FLOOR, f"{args.interval:g}", str(height), str(width)]
+        wants = {"gputop": want, "nvitop": want, "textual": re.compile(rb"FLOOR-DRAWN")}
         results: dict[str, dict[str, list[float]]] = {
-            n: {"first": [], "cpu": [], "rss": [], "threads": []} for n in NAMES}
+            n: {"first": [], "cpu": [], "rss": [], "threads": []} for n in names}
         for run in range(args.runs):
             order = NAMES if run % 2 == 0 else NAMES[::-1]
+            order = (*order, "textual") if args.floor else order
             monitors: dict[str, Monitor] = {}
             try:
                 for name in order:  # one after the other: each first frame on its own
-                    monitors[name] = Monitor(name, commands[name], width, height, env, want)
+                    monitors[name] = Monitor(name, commands[name], width, height, env,
+                                             wants[name])
                     results[name]["first"].append(monitors[name].first_frame())
                 time.sleep(args.warmup)
                 cpu0 = {n: m.cpu() for n, m in monitors.items()}
@@ -247,7 +277,7 @@ def main() -> int:
             print(f"run {run + 1} ({order[0]} first): " + "; ".join(
                 f"{n} first frame {results[n]['first'][-1]:.2f} s, CPU "
                 f"{results[n]['cpu'][-1]:.2f} %, RSS {results[n]['rss'][-1]:.1f} MiB, "
-                f"{results[n]['threads'][-1]:.0f} threads" for n in NAMES), flush=True)
+                f"{results[n]['threads'][-1]:.0f} threads" for n in names), flush=True)
     finally:
         if job is not None:
             os.killpg(job.pid, signal.SIGKILL)
@@ -268,6 +298,18 @@ def main() -> int:
               f"{goal}: {met} |")
     print(f"| threads | {spread(g['threads'], '{:.0f}')} | {spread(n['threads'], '{:.0f}')} "
           f"| | |")
+    if args.floor:
+        f = results["textual"]
+        print("\nTextual's floor (a minimal Textual app redrawing a screenful of text each "
+              "interval), same run:")
+        print("| figure (min / median / max) | minimal Textual app | its ratio to nvitop | "
+              "gputop over it |")
+        print("| --- | --- | --- | --- |")
+        for key, label in (("cpu", "CPU, % of one core"), ("rss", "RSS, MiB"),
+                           ("first", "first frame, s")):
+            print(f"| {label} | {spread(f[key])} | "
+                  f"{spread([a / b for a, b in zip(f[key], n[key])])} | "
+                  f"{spread([a / b for a, b in zip(g[key], f[key])])} |")
     print(f"\nmedian ratios gputop/nvitop: CPU "
           f"{statistics.median(a / b for a, b in zip(g['cpu'], n['cpu'])):.2f}, RSS "
           f"{statistics.median(a / b for a, b in zip(g['rss'], n['rss'])):.2f}, first frame "
