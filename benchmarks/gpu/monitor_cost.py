@@ -174,7 +174,7 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
 
 def machine_line(simulated: bool) -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    gpu = "simulated NVML (gputop/collect/simnvml.py)"
+    gpu = "gputop's simulated NVML"
     if not simulated:
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
@@ -216,7 +216,10 @@ def main() -> int:
     try:
         if args.simulated:
             sys.path.insert(0, str(REPO))
-            from gputop.collect.scenarios import SCENARIOS
+            try:
+                from gputop.sim.scenarios import SCENARIOS
+            except ImportError:  # before issue 35's moves
+                from gputop.collect.scenarios import SCENARIOS
             from gputop.demo.standins import StandIns, wait_ready
             if args.scenario not in SCENARIOS:
                 parser.error(f"--scenario: one of {', '.join(SCENARIOS)}")
