@@ -1,6 +1,6 @@
 """The live monitor's cost against nvitop's, measured in one run on the same simulated GPUs.
 
-Both run in tmux at the same size (160x50 by default) on `--demo tour` (8 simulated GPUs,
+Both run in tmux at the same size (160x50 by default) on `--demo tour` (10 simulated GPUs,
 each with a different problem), at a 1 s interval, on a host with ~300 processes:
 - gputop: `gputop --demo tour --interval 1` with its charts and live diagnosis on;
 - nvitop: `nvitop --interval 1` in a Python process that first puts gputop's simulated NVML
@@ -304,8 +304,8 @@ def main() -> int:
     g = {key: [r["gputop"][key] for r in runs] for key in ("mean", "median", "rss", "threads")}
     n = {key: [r["nvitop"][key] for r in runs] for key in ("mean", "median", "rss", "threads")}
     first_ratios = [a / b for a, b in zip(starts["gputop"], starts["nvitop"])]
-    print(f"tour (8 simulated GPUs), --interval {args.interval:g}, tmux {width}x{height}, "
-          f"host processes: {host_processes}; charts and live diagnosis on; {args.runs} runs "
+    print(f"tour ({len(scenario.gpus)} simulated GPUs), --interval {args.interval:g}, "
+          f"tmux {width}x{height}, host processes: {host_processes}; charts and live diagnosis on; {args.runs} runs "
           f"of {args.seconds:g} s after {args.warmup:g} s warm-up; load average before "
           f"{load_before}, after {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs)")
