@@ -188,7 +188,7 @@ def interleaved(child: Child, rounds: int, block: int, agent_on=(False, True), p
     Returns (step times of the first kind, of the second kind, per-round ratios second/first).
     ``agent_on=(False, False)`` is the control: the method's own noise floor.
     """
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     first, second, ratios = [], [], []
     for r in range(rounds):
@@ -236,7 +236,7 @@ def _while_training(agent: Child, ask) -> tuple[dict, dict]:
 
 def capture_cost(agent: Child, out_dir: str) -> dict:
     """One capture while the agent child trains: hook time, and added time overall."""
-    from gputop.agent import client
+    from gputop.client import agents as client
 
     reply, cost = _while_training(agent, lambda: client.request(
         agent.pid, {"cmd": "capture", "steps": 3, "warmup": 1, "out": out_dir}, timeout=60))
@@ -246,7 +246,7 @@ def capture_cost(agent: Child, out_dir: str) -> dict:
 
 def flop_count_cost(agent: Child) -> dict:
     """One FLOP count asked for while the agent child trains: its step, and the time added."""
-    from gputop.agent import client
+    from gputop.client import agents as client
 
     reply, cost = _while_training(agent, lambda: client.request_flop_count(agent.pid,
                                                                            timeout=60))
@@ -332,7 +332,7 @@ def main() -> int:
         else:
             print(f"  the automatic FLOP count after warm-up did not run: {auto}")
 
-        from gputop.agent.client import agent_status
+        from gputop.client.agents import agent_status
 
         lat = []
         for _ in range(200):

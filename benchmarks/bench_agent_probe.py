@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gputop.agent import client  # noqa: E402
-from gputop.agent.status_probe import PROBE_DEADLINE_S, StatusProbe  # noqa: E402
+from gputop.client import agents as client  # noqa: E402
+from gputop.client.status_probe import PROBE_DEADLINE_S, StatusProbe  # noqa: E402
 
 AGENT = ("import gputop.agent, sys, time; gputop.agent.install(); print('up', flush=True); "
          "time.sleep(3600)")

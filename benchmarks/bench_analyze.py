@@ -39,7 +39,7 @@ TRACES = REPO.parent / "shared" / "traces"
 
 ENGINE = """
 import json, sys
-from gputop.diagnostics.trace import analyze_trace
+from gputop.diagnostics.trace.analysis import analyze_trace
 a = analyze_trace(sys.argv[1])
 with open(sys.argv[2], "w") as fh:
     json.dump({"idle": a.metrics.get("temporal", {}).get("idle_pct"),

@@ -87,7 +87,7 @@ def end(proc: subprocess.Popen) -> None:
 
 
 def agent_steps(pid: int) -> int:
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     return (agent_status(pid, timeout=10.0) or {}).get("steps") or 0
 
@@ -151,7 +151,7 @@ def capture(pid: int, env: dict, log: Path, mode: list[str], stop: Path | None,
                            text=True)
     exited_at = None
     if stop is not None:  # end the job once the capture records
-        from gputop.agent.client import agent_status
+        from gputop.client.agents import agent_status
 
         while cli.poll() is None:
             state = (agent_status(pid, timeout=10.0) or {}).get("capture") or {}
@@ -221,7 +221,7 @@ def run_job(name: str, modes: dict[str, list[str]], env: dict, work: Path) -> di
 
 
 def hung_status_s() -> float:
-    from gputop.agent import client
+    from gputop.client import agents as client
 
     directory = client.socket_dir(create=True)
     path = directory / f"{os.getpid()}.sock"

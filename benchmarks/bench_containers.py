@@ -19,10 +19,10 @@ import time
 
 import psutil
 
-from gputop.collect import simnvml
 from gputop.collect.containers import read_owner
 from gputop.collect.pidns import device_holders, ns_pid
 from gputop.session import open_sampler
+from gputop.sim import nvml as simnvml
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -36,7 +36,7 @@ def ms(values: list[float]) -> str:
 
 def nvml_ticks(demo: str, ticks: int) -> tuple[list[float], float]:
     with open_sampler(demo, agents=False, wait_for_workers=5.0) as sampler:
-        from gputop.collect.simnvml import installed
+        from gputop.sim.nvml import installed
 
         sim = installed()
         sampler.sample()

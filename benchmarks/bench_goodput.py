@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gputop.agent.client import agent_status  # noqa: E402
+from gputop.client.agents import agent_status  # noqa: E402
 from tests.scripts.agent_testkit import gputop_run, private_agent_world  # noqa: E402
 
 SCRIPT = REPO / "tests" / "scripts" / "flops_train.py"

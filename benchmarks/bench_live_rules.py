@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputop.collect import simnvml  # noqa: E402
 from gputop.collect.nvml import NvmlCollector  # noqa: E402
 from gputop.collect.sampler import Sampler  # noqa: E402
-from gputop.collect.scenarios import SCENARIOS  # noqa: E402
 from gputop.diagnostics.live import LiveDiagnosis  # noqa: E402
+from gputop.sim import nvml as simnvml  # noqa: E402
+from gputop.sim.scenarios import SCENARIOS  # noqa: E402
 
 GOAL_RATIO = 1.2
 

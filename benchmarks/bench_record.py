@@ -20,13 +20,13 @@ from pathlib import Path
 
 import psutil
 
-from gputop.collect import simnvml
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import Sampler
-from gputop.collect.scenarios import SCENARIOS
 from gputop.diagnostics.live import LiveDiagnosis
 from gputop.recording.store import Recorder, recording_meta
+from gputop.sim import nvml as simnvml
+from gputop.sim.scenarios import SCENARIOS
 
 
 class VirtualClock:

@@ -45,8 +45,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gputop.collect.scenarios import SCENARIOS  # noqa: E402
 from gputop.demo.standins import StandIns, wait_ready  # noqa: E402
+from gputop.sim.scenarios import SCENARIOS  # noqa: E402
 
 TIMEOUT_S = 60.0
 

@@ -2,7 +2,7 @@
 processes (GPUTOP_DEMO_PIDS) and the same driver latency as `gputop --demo SCENARIO`.
 
 nvitop reads NVML through nvidia-ml-py, as gputop does: this process puts the simulated
-library behind those bindings (gputop/collect/simnvml.py), then runs nvitop's own command line.
+library behind those bindings (gputop/sim/nvml.py), then runs nvitop's own command line.
 
 Usage: python benchmarks/nvitop_simulated.py SCENARIO [nvitop options]
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputop.collect import simnvml  # noqa: E402
-from gputop.collect.scenarios import SCENARIOS  # noqa: E402
 from gputop.demo.attach import attached_pids  # noqa: E402
+from gputop.sim import nvml as simnvml  # noqa: E402
+from gputop.sim.scenarios import SCENARIOS  # noqa: E402
 
 
 def main() -> int:

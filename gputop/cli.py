@@ -124,7 +124,7 @@ def build_parser(commands: tuple[str, ...] = COMMANDS,
 
 
 def _validate_globals(args: argparse.Namespace) -> None:
-    from gputop.collect.scenarios import SCENARIOS
+    from gputop.sim.scenarios import SCENARIOS
 
     if args.demo is not None and args.demo != "list" and args.demo not in SCENARIOS:
         raise UsageError(
@@ -146,7 +146,7 @@ def _check_gpus_exist(args: argparse.Namespace) -> None:
     if not args.gpus or args.demo == "list":
         return
     if args.demo is not None:
-        from gputop.collect.scenarios import SCENARIOS
+        from gputop.sim.scenarios import SCENARIOS
 
         count: int | None = len(SCENARIOS[args.demo].gpus)
         why = None if count else "this scenario has no GPU"
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _validate_globals(args)
         if args.demo == "list":
-            from gputop.collect.scenarios import describe_scenarios
+            from gputop.sim.scenarios import describe_scenarios
 
             print(describe_scenarios())
             return 0

@@ -28,9 +28,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from gputop.agent.goodput import CATEGORIES
 from gputop.model import Efficiency, GpuSample
 from gputop.peaks import PRECISIONS, peak_for
+from gputop.protocol import GOODPUT_CATEGORIES as CATEGORIES
 
 ENERGY_WINDOW_S = 30.0  # the agent's own window for steps/s
 TENSOR_PRECISIONS = frozenset({"tf32", "bf16", "fp16", "fp8", "int8"})

@@ -21,9 +21,10 @@ def _agent_probe() -> AgentProbe:
     """Every agent's status each tick, all at once within one deadline (another user's socket
     that never answers costs a tick at most ``status_probe.PROBE_DEADLINE_S``, once), then the
     agents of other pid namespaces (containers) that the plain search does not find."""
-    from gputop.agent import namespaces
-    from gputop.agent.status_probe import StatusProbe
+    from gputop.client import namespaces
+    from gputop.client.status_probe import StatusProbe
 
+    namespaces.wire()  # the client's search falls back on containers
     plain = StatusProbe()
 
     def probe(gpu_pids: set[int]) -> dict[int, dict]:
@@ -70,10 +71,10 @@ def open_sampler(
             sampler.close()
         return
 
-    from gputop.collect import simnvml
-    from gputop.collect.scenarios import SCENARIOS
     from gputop.demo.attach import attached_pids
     from gputop.demo.standins import StandIns, wait_ready
+    from gputop.sim import nvml as simnvml
+    from gputop.sim.scenarios import SCENARIOS
 
     scenario = SCENARIOS[demo]
     attached = attached_pids(len(scenario.gpus))  # GPUTOP_DEMO_PIDS: the user's processes

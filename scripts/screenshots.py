@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gputop.agent.client import list_agents  # noqa: E402
 from gputop.capture.service import CaptureSettings, capture  # noqa: E402
-from gputop.diagnostics.trace import TraceAnalysis  # noqa: E402
+from gputop.client.agents import list_agents  # noqa: E402
+from gputop.diagnostics.trace.analysis import TraceAnalysis  # noqa: E402
 from gputop.model import Snapshot  # noqa: E402
 from gputop.session import open_sampler  # noqa: E402
 from gputop.stacks.profile import StackReport  # noqa: E402

@@ -328,8 +328,8 @@ def sim_clock():
 @pytest.fixture
 def simulated(sim_clock):
     """Install a scenario's simulated NVML: ``sim = simulated('tour')``; uninstalled after."""
-    from gputop.collect import simnvml
-    from gputop.collect.scenarios import SCENARIOS
+    from gputop.sim import nvml as simnvml
+    from gputop.sim.scenarios import SCENARIOS
 
     def install(name: str, seed: int = 0):
         return simnvml.install(simnvml.SimulatedNvml(SCENARIOS[name], seed=seed, clock=sim_clock))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import SLOW
 from tests.scripts.agent_testkit import (
     ANSWER_S,

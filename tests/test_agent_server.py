@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import SLOW
 from tests.scripts.agent_testkit import (
     ANSWER_S,

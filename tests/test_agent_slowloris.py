@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from gputop.agent import client
 from gputop.agent.server import REQUEST_TIMEOUT_S
+from gputop.client import agents as client
 from tests.conftest import REPO, SLOW, cli_env, wait_for
 
 pytestmark = pytest.mark.timeout(8 * SLOW)

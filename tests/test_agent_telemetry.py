@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import gputop.agent
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import SLOW
 from tests.scripts.agent_testkit import ANSWER_S
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.agent.client import agent_status
-from gputop.agent.profiling import JSON_PER_STEP
+from gputop.client.agents import agent_status
+from gputop.protocol import JSON_PER_STEP
 from tests.conftest import SLOW, run_cli, wait_for
 from tests.scripts.agent_testkit import (
     ANSWER_S,

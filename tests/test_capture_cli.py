@@ -82,7 +82,7 @@ def test_no_steps_gets_a_time_window_with_a_note(world):
     env, _ = world
     job = gputop_run([sys.executable, str(INFERENCE)], env)
     with running(job):
-        from gputop.agent import client
+        from gputop.client import agents as client
 
         wait_for(lambda: (client.agent_status(job.pid, timeout=ANSWER_S) or {}).get("step_hook"),
                  timeout=SLOW)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import small_tmpfs, wait_for
 
 

@@ -12,7 +12,7 @@ import textwrap
 import psutil
 import pytest
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import REPO, wait_for
 from tests.scripts.agent_testkit import agent_env, private_runtime_dir, wait_for_steps
 

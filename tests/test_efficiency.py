@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gputop.agent.client import agent_status, request_flop_count
-from gputop.collect.scenarios import STARTUP_S
+from gputop.client.agents import agent_status, request_flop_count
 from gputop.peaks import peak_for
+from gputop.sim.scenarios import STARTUP_S
 from tests.conftest import (
     REPO,
     SLOW,
@@ -97,8 +97,8 @@ def test_the_agent_counts_the_analytic_flops_of_a_known_model(world):
 def test_flop_requests_are_checked(world):
     proc, job = start_job(world, "--dims", DIMS, "--batch", str(BATCH))
     with running(proc):
-        from gputop.agent.client import request
-        from gputop.agent.protocol import AgentError
+        from gputop.client.agents import request
+        from gputop.protocol import AgentError
 
         for bad in ({"cmd": "flops", "timeout": "soon"}, {"cmd": "flops", "steps": 3},
                     {"cmd": "flops", "timeout": 1e9}):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gputop.agent.client import no_agent_hint
+from gputop.client.agents import no_agent_hint
 from tests.conftest import REPO, cli_env, run_cli, wait_for
 
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputop.agent import protocol
-from gputop.agent.status_probe import PROBE_DEADLINE_S, StatusProbe
+from gputop import protocol
+from gputop.client.status_probe import PROBE_DEADLINE_S, StatusProbe
 from tests.conftest import REPO, SLOW, cli_env, end_popen, wait_for
 
 pytestmark = pytest.mark.timeout(8 * SLOW)
@@ -196,7 +196,7 @@ def test_the_exporter_keeps_its_sample_period_beside_silent_sockets(spawn, tmp_p
 def test_capture_honours_its_timeout_against_an_agent_that_never_answers():
     """`gputop capture PID --timeout 3` gives up about 3 s after asking (plus the grace for the
     agent's own reply, ``REPLY_MARGIN_S``), not 30 s later."""
-    from gputop.agent.client import REPLY_MARGIN_S
+    from gputop.client.agents import REPLY_MARGIN_S
 
     env = cli_env()
     env.pop("XDG_RUNTIME_DIR", None)  # the holder's socket is in /tmp/gputop-UID

@@ -17,8 +17,8 @@ import time
 import psutil
 import pytest
 
-from gputop.agent.client import AgentError, agent_status
-from gputop.agent.jobs import find_job
+from gputop.client.agents import AgentError, agent_status
+from gputop.client.jobs import find_job
 from tests.conftest import REPO, SLOW, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, gputop_run, private_agent_world, running
 from tests.test_tui_terminal import start, terminal  # noqa: F401 (the fixture)

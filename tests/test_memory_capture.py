@@ -149,7 +149,7 @@ def test_a_raised_out_of_memory_error_is_reported(world):
 
 
 def test_memory_requests_are_checked_and_one_capture_runs_at_a_time(world):
-    from gputop.agent.client import AgentConnection
+    from gputop.client.agents import AgentConnection
     from tests.scripts.agent_testkit import ANSWER_S
 
     env, _ = world

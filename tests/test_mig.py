@@ -19,9 +19,9 @@ import pytest
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import Sampler
-from gputop.collect.scenarios import A100, H100_MIG_7X1G, SCENARIOS, GpuBehaviour, Scenario
-from gputop.diagnostics.mig_live import LiveDiagnosis
+from gputop.diagnostics.live.mig import LiveDiagnosis
 from gputop.process_info import NA_MIG
+from gputop.sim.scenarios import A100, H100_MIG_7X1G, SCENARIOS, GpuBehaviour, Scenario
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 from tests.test_exporter import free_port, scrape
 

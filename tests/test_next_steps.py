@@ -104,7 +104,7 @@ def test_a_cpu_only_trace_suggests_no_gpu_profiler():
     """The traces tests/data ships are real CPU runs: Nsight Systems, Nsight Compute and
     rocprofv3 would have no GPU to trace. Their next steps are py-spy's (with native frames
     where a GPU profiler would stand) and gputop's, valid as printed."""
-    from gputop.diagnostics.trace import analyze_trace, compare_job
+    from gputop.diagnostics.trace.analysis import analyze_trace, compare_job
 
     ranks = [analyze_trace(p) for p in sorted((DATA / "ddp2").iterdir())]
     compare_job(ranks)  # the ranks of one job: the cross-rank findings join theirs

@@ -8,10 +8,10 @@ from dataclasses import fields
 
 import pytest
 
-from gputop.collect import simnvml
 from gputop.collect.nvml import SLOW_EVERY, NvmlCollector, decode_clock_events
-from gputop.collect.scenarios import SCENARIOS
 from gputop.model import GpuSample
+from gputop.sim import nvml as simnvml
+from gputop.sim.scenarios import SCENARIOS
 
 BASICS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w", "energy_j",
           "pcie_tx_mbs", "pcie_rx_mbs", "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz")
@@ -227,7 +227,7 @@ def test_scenario_signals(simulated, sim_clock):
 def test_every_job_starts_up_first(simulated, sim_clock):
     """Like a real job (H200: 6-7 s before the first step), each simulated GPU first idles
     while its memory fills: the context, the model built and copied."""
-    from gputop.collect.scenarios import STARTUP_S
+    from gputop.sim.scenarios import STARTUP_S
 
     simulated("tour")
     collector, _ = open_collector()

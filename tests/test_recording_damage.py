@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gputop.collect.scenarios import SCENARIOS
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from gputop.recording.store import Recorder, RecordingError
+from gputop.sim.scenarios import SCENARIOS
 from tests.conftest import run_cli, small_tmpfs
 
 

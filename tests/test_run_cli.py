@@ -14,7 +14,7 @@ import textwrap
 import psutil
 import pytest
 
-from gputop.agent import client
+from gputop.client import agents as client
 from tests.conftest import REPO, SLOW, run_cli, wait_for
 from tests.scripts.agent_testkit import (
     ANSWER_S,

@@ -92,7 +92,7 @@ def test_unknown_scenario_exits_2_with_one_line():
 
 
 def test_demo_list_names_every_scenario():
-    from gputop.collect.scenarios import SCENARIOS
+    from gputop.sim.scenarios import SCENARIOS
 
     result = run_cli("--demo", "list")
     assert result.returncode == 0

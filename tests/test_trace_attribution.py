@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.diagnostics.trace import analyze_trace
+from gputop.diagnostics.trace.analysis import analyze_trace
 from tests.conftest import REPO, SLOW, cli_env, run_cli
 
 pytest.importorskip("torch")

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from gputop.diagnostics.trace import analyze_trace
-from gputop.diagnostics.trace_links import host_link
+from gputop.diagnostics.trace.analysis import analyze_trace
+from gputop.diagnostics.trace.links import host_link
 from gputop.pcie import pcie_gb_per_s
 from tests.conftest import TRACES, run_cli
 from tests.kineto_trace import KinetoTrace

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.diagnostics.trace import analyze_trace, compare_ranks
+from gputop.diagnostics.trace.analysis import analyze_trace, compare_ranks
 from tests.conftest import SLOW, cli_env, run_cli
 
 pytest.importorskip("torch")

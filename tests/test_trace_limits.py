@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from gputop.diagnostics.trace import TraceError, analyze_trace
+from gputop.diagnostics.trace.analysis import TraceError, analyze_trace
 from tests.conftest import REPO, TRACES, cli_env, run_cli
 
 # Runs `gputop analyze` in this interpreter and prints its peak RSS (KiB) on the last line.
@@ -189,7 +189,7 @@ def test_a_thousand_mutated_real_traces_raise_only_trace_errors(tmp_path):
             assert "\n" not in str(exc)
             outcomes["error"] += 1
             continue
-        from gputop.diagnostics.trace_report import format_report
+        from gputop.diagnostics.trace.report import format_report
 
         format_report(a)  # the report of whatever loaded must format, too
         outcomes["ok"] += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputop.diagnostics.trace import analyze_trace
+from gputop.diagnostics.trace.analysis import analyze_trace
 from tests.conftest import TRACES, run_cli
 from tests.kineto_trace import KinetoTrace
 

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from gputop.diagnostics.trace import analyze_trace, compare_job
-from gputop.diagnostics.trace_intervals import intersect, merge, total
-from gputop.diagnostics.trace_ranks import CHANCE_MAX, chance_of_last
+from gputop.diagnostics.trace.analysis import analyze_trace, compare_job
+from gputop.diagnostics.trace.intervals import intersect, merge, total
+from gputop.diagnostics.trace.ranks import CHANCE_MAX, chance_of_last
 from tests.conftest import TRACES, run_cli
 
 RANKS = sorted(TRACES.glob("dlrm8_rank*.json.gz")) if TRACES.is_dir() else []

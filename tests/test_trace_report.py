@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputop.diagnostics.trace import analyze_trace
-from gputop.diagnostics.trace_metrics import ROLE_ORDER
-from gputop.diagnostics.trace_report import BAR_ROLES, breakdown_bar, format_report
-from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
+from gputop.diagnostics.trace.analysis import analyze_trace
+from gputop.diagnostics.trace.metrics import ROLE_ORDER
+from gputop.diagnostics.trace.report import BAR_ROLES, breakdown_bar, format_report
+from gputop.diagnostics.trace.rules import kernel_base_name, short_kernel_name
 from tests.conftest import TRACES
 
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")

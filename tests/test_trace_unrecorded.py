@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from gputop.diagnostics.trace import analyze_trace
+from gputop.diagnostics.trace.analysis import analyze_trace
 from tests.conftest import TRACES, run_cli
 
 pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")

@@ -300,7 +300,7 @@ async def test_p_without_an_agent_nor_py_spy_says_how_to_add_one(sleeper, monkey
 
 @run_async
 async def test_p_with_an_agent_calls_the_capture_seam(tmp_path, monkeypatch, spawn):
-    from gputop.agent import client
+    from gputop.client import agents as client
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     tmp_path.chmod(0o700)
     job = spawn(

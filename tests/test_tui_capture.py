@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputop.agent.client import AgentError, agent_status, list_agents, request_capture
+from gputop.client.agents import AgentError, agent_status, list_agents, request_capture
 from gputop.model import ProcSample
 from gputop.tui.app import GputopApp
 from gputop.tui.severity import SEVERITY_MARK

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from gputop.diagnostics.findings import Finding
-from gputop.diagnostics.trace import analyze_trace
+from gputop.diagnostics.trace.analysis import analyze_trace
 from gputop.tui.app import GputopApp
 from gputop.tui.auto_capture import MIN_INTERVAL_S, AutoCapturePolicy
 from gputop.tui.rows import build_rows

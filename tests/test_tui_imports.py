@@ -79,7 +79,7 @@ def test_walk_covers_every_module_file():
 # -- import arrows: tui/ and commands/ sit on the services, never on each other ----------------
 
 CAPTURE_MODULES = ("gputop.capture", "gputop.commands.capture", "gputop.commands.capture_job",
-                   "gputop.agent.client", "gputop.agent.jobs", "gputop.agent.profiling",
+                   "gputop.client.agents", "gputop.client.jobs", "gputop.agent.profiling",
                    "gputop.agent.trace_budget", "gputop.stacks.timeline",
                    "gputop.stacks.trace_join", "gputop.fleet.capture", "gputop.tui.app",
                    "gputop.agent.memory", "gputop.agent.oom", "gputop.memory",

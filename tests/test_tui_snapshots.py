@@ -75,7 +75,7 @@ def test_input_starved_findings_120x40(snap_compare):
 
 
 def test_diagnosis_screen_120x40(snap_compare):
-    from gputop.diagnostics.trace import analyze_trace
+    from gputop.diagnostics.trace.analysis import analyze_trace
     from tests.conftest import DEMO_TRACE
 
     # A real capture of the demo's trainer, shipped with the tests (runs without ../shared).

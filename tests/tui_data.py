@@ -9,10 +9,10 @@ import functools
 import time
 from dataclasses import replace
 
-from gputop.collect import simnvml
 from gputop.collect.nvml import NvmlCollector
-from gputop.collect.scenarios import SCENARIOS
 from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
+from gputop.sim import nvml as simnvml
+from gputop.sim.scenarios import SCENARIOS
 from tests.conftest import SLOW
 
 START = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC: any fixed time will do

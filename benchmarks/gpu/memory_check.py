@@ -69,7 +69,7 @@ def check_growth(device: str, env: dict, started: float) -> None:
         if first != "training":
             report(False, "growth", f"the job did not start: {job.stderr.read()[-300:]}")
             return
-        from gputop.agent.client import agent_status
+        from gputop.client.agents import agent_status
 
         deadline = time.monotonic() + left(started) / 2
         while time.monotonic() < deadline and (agent_status(job.pid, 5.0) or {}).get(

@@ -99,7 +99,7 @@ def main() -> int:
     if args.child:
         return child(args)
 
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
     from gputop.efficiency import flops_text
     from gputop.session import open_sampler
 

@@ -47,7 +47,6 @@ ALPHA = 0.1  # weight of a new step in the typical step time
 REGIME_STEPS = 8  # long steps in a row that make the new normal
 CHECKPOINT_BYTES = 1 << 20  # a long step that wrote this much to files was a checkpoint
 BEST_WINDOW_S = 30.0  # the window of the job's best step rate (the agent's status window)
-CATEGORIES = ("productive", "startup", "dataloader", "capture", "checkpoint", "stall", "hang")
 # The blocks the training thread wrote are read once every BASELINE_STEPS ordinary steps and at
 # each long step: what a long step wrote is what was written since (a few ordinary steps' logs
 # are bytes, a checkpoint megabytes), at a fraction of a getrusage per step.

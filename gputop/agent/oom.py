@@ -46,7 +46,7 @@ from gputop.agent.memory_state import (
     process_memory,
     write_report,
 )
-from gputop.agent.protocol import pid_namespace, socket_dir, socket_name
+from gputop.protocol import pid_namespace, socket_dir, socket_name
 
 MAX_REPORTS = 20
 RESERVE_BYTES = 8 << 20  # address space let go of when the report is written

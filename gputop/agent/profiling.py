@@ -29,18 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gputop.agent.protocol import default_capture_dir
 from gputop.agent.telemetry import StepTelemetry
+from gputop.protocol import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS, default_capture_dir
 
-MAX_STEPS = 1000
 MAX_WARMUP = 100
 MAX_SECONDS = 600.0
-DEFAULT_STEPS = 3
 DEFAULT_WARMUP = 1  # one discarded step keeps the profiler's own start-up out of the trace
 DEFAULT_TIMEOUT_S = 60.0
 MIN_FIRST_STEP_WAIT_S = 10.0  # how long "no optimizer step" waits, at least (unless timeout)
 MAX_RECORD_S = 30.0  # recording stops at the first step boundary after this (one step at least)
-JSON_PER_STEP = 32 << 20  # bytes of trace JSON per recorded step (a window counts as 3 steps)
 FALLBACK_WINDOW_S = 5.0  # the time window recorded for a job slower than the deadline
 # With the Python tracer (with_stack), a recorded step this many times slower than the job's
 # usual step ends the recording: the rest would cost as much again, and so would the

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gputop.diagnostics import trace_cut
-from gputop.diagnostics.trace_stream import EventSplitter
+from gputop.diagnostics.trace import cut as trace_cut
+from gputop.diagnostics.trace.stream import EventSplitter
 
 Row = tuple[bytes, int, float]  # raw event JSON, tier, duration (us)
 

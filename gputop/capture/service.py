@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gputop.agent import namespaces  # noqa: F401  (finds agents in containers for the client)
-from gputop.agent.client import AgentError, partial_note, request_capture, trace_limits
+from gputop.client import namespaces
+from gputop.client.agents import AgentError, partial_note, request_capture, trace_limits
 
 DEFAULT_STEPS = 3
 DEFAULT_TIMEOUT_S = 60.0
@@ -152,6 +152,8 @@ def capture(pid: int, settings: CaptureSettings = CaptureSettings(), *,
     nothing to read (no agent, the process exited before a step was recorded, a timeout)."""
     kind = kind or TRACE
     side = kind.begin(pid, settings)
+
+    namespaces.wire()  # agents in containers too
 
     def progress(status: dict[str, Any]) -> None:
         kind.progress(side, status)
@@ -305,7 +307,7 @@ def _reply_lines(reply: dict[str, Any], key: str) -> list[str]:
 
 
 def _analyse(result: CaptureResult, reply: dict[str, Any]) -> None:
-    from gputop.diagnostics.trace import TraceError, analyze_trace
+    from gputop.diagnostics.trace.analysis import TraceError, analyze_trace
 
     limits = trace_limits(reply)
     try:
@@ -375,9 +377,10 @@ def capture_job(pid: int, settings: CaptureSettings = CaptureSettings(), *,
     """Record the same steps on every rank of ``pid``'s job (``agent.jobs``), analyse each
     rank's trace and compare the ranks. ``CaptureFailed`` when the job cannot be found or
     the capture directory made; one rank's failure is a problem line, not a failure."""
-    from gputop.agent.jobs import capture_job as capture_ranks
-    from gputop.agent.jobs import find_job
-    from gputop.diagnostics.trace import compare_job
+    namespaces.wire()  # ranks in containers too
+    from gputop.client.jobs import capture_job as capture_ranks
+    from gputop.client.jobs import find_job
+    from gputop.diagnostics.trace.analysis import compare_job
     from gputop.format import safe_text
 
     if settings.seconds is not None:
@@ -406,7 +409,7 @@ def capture_job(pid: int, settings: CaptureSettings = CaptureSettings(), *,
 
 def analyse_ranks(result) -> tuple[list[tuple[Any, Any]], list[str]]:
     """Each captured rank's analysis, with its pid and command line for the next steps."""
-    from gputop.diagnostics.trace import TraceError, analyze_trace
+    from gputop.diagnostics.trace.analysis import TraceError, analyze_trace
 
     out, problems = [], []
     for rc in result.captured:

@@ -24,7 +24,7 @@ namespaces"). So:
   Otherwise the row says in one line why it cannot be named.
 
 Pure helpers here; the mapping is ``collect.sampler``'s, the agents' side
-``gputop.agent.namespaces``.
+``gputop.client.namespaces``.
 """
 
 from __future__ import annotations

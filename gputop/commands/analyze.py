@@ -99,8 +99,8 @@ def _report_width() -> int:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `gputop --help` and the other commands never pay for the analysis code.
-    from gputop.diagnostics.trace import TraceError, analyze_trace, compare_job
-    from gputop.diagnostics.trace_load import MAX_EVENTS, LoadLimits
+    from gputop.diagnostics.trace.analysis import TraceError, analyze_trace, compare_job
+    from gputop.diagnostics.trace.load import MAX_EVENTS, LoadLimits
 
     if (args.max_trace_mb is not None and not 0 < args.max_trace_mb <= 1e9) or (
             args.max_events is not None and args.max_events <= 0):
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         for a in analyses:  # names from the trace: no raw bidi or C1 character in the JSON
             sys.stdout.write(json_safe(encode(a.to_json())).decode() + "\n")
     else:
-        from gputop.diagnostics.trace_report import format_report
+        from gputop.diagnostics.trace.report import format_report
 
         width = _report_width()
         for i, a in enumerate(analyses):
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             sys.stdout.write(text)
         for cross in jobs:
-            from gputop.diagnostics.trace_report import format_cross_rank
+            from gputop.diagnostics.trace.report import format_cross_rank
 
             sys.stdout.write("\n" + "=" * width + "\n\n" + format_cross_rank(cross, width))
     sys.stdout.flush()

@@ -121,7 +121,7 @@ class _Progress:
     def __call__(self, capture: dict[str, Any]) -> None:
         if not (self.enabled and self.tty):
             return
-        from gputop.agent.client import progress_text
+        from gputop.client.agents import progress_text
 
         line = (f"gputop: capturing pid {self.pid}: {progress_text(capture)} "
                 f"({time.monotonic() - self.started:.0f} s)")
@@ -151,7 +151,7 @@ def _report(result, as_json: bool) -> tuple[str, int]:
     if result.analysis is None:
         return (f"trace: {trace}\ngputop: error: cannot analyze the trace: "
                 f"{safe_text(result.error)}"), 1
-    from gputop.diagnostics.trace_report import format_report
+    from gputop.diagnostics.trace.report import format_report
 
     directory = os.path.dirname(trace)
     footer = (

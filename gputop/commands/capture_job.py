@@ -2,8 +2,8 @@
 them together (which rank holds the others back, and why).
 
 PID is any rank of the job, or its launcher (torchrun). Every rank's agent is asked to start at
-one step number (``gputop.agent.jobs``), so the traces cover the same iterations; each rank's
-trace is analysed on its own, then the ranks are compared (``gputop.diagnostics.trace_ranks``).
+one step number (``gputop.client.jobs``), so the traces cover the same iterations; each rank's
+trace is analysed on its own, then the ranks are compared (``gputop.diagnostics.trace.ranks``).
 A rank that does not answer or dies on the way is named on stderr; the others are still
 analysed, and the exit status is 0 as long as one rank was.
 """
@@ -69,7 +69,7 @@ def _json(result, analyses, cross) -> dict[str, Any]:
 
 
 def _text(result, analyses, cross) -> str:
-    from gputop.diagnostics.trace_report import format_cross_rank
+    from gputop.diagnostics.trace.report import format_cross_rank
 
     first = next((r.reply.get("first_recorded_step") for r in result.captured), None)
     lines = [f"gputop capture --job: {len(result.captured)} of {len(result.ranks)} ranks "

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from prometheus_client.registry import CollectorRegistry
 
-    from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
+    from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.exporter.sampling import PublishedFamilies, SamplingThread
     from gputop.session import open_sampler
 

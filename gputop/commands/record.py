@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
-    from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
+    from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.recording.store import Recorder, RecordingError, recording_meta
     from gputop.session import open_sampler, sample_every
 

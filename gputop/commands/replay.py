@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here (pandas, pyarrow): every command module is loaded to build --help.
     from gputop.diagnostics.live.coverage import Coverage
     from gputop.diagnostics.live.lines import transition_line
-    from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
+    from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.recording.replay import open_replay
     from gputop.recording.store import RecordingError
 

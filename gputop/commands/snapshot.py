@@ -48,7 +48,7 @@ def take_snapshot(args: argparse.Namespace) -> Snapshot:
     # take seconds to import torch, and its agent would have no step to report yet (with
     # --measure it has time to). The simulated GPUs read as jobs past their start-up (one
     # reading during it shows nothing).
-    from gputop.collect.scenarios import STARTUP_S
+    from gputop.sim.scenarios import STARTUP_S
 
     with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=10.0, host=host,
                       trainer=bool(measure), demo_elapsed=STARTUP_S + 1.0) as sampler:

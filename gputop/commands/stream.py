@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import socket
 
     from gputop import __version__
-    from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
+    from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.fleet.wire import error_line, hello_line, sample_line
     from gputop.session import open_sampler, sample_every
 

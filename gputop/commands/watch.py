@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.
     from gputop.diagnostics.live.lines import format_where, transition_line
-    from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
+    from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:

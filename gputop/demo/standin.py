@@ -69,7 +69,7 @@ def _take_turns(origin: float, parent: int) -> None:
     """Asleep while the simulated GPU works (blocked in a sync), burning CPU while it idles (the
     host's work between syncs), on the simulated driver's clock, which started at ``origin``
     (time.monotonic: one clock for every process of the machine)."""
-    from gputop.collect.scenarios import HOST_SYNC_BUSY, HOST_SYNC_PERIOD
+    from gputop.sim.scenarios import HOST_SYNC_BUSY, HOST_SYNC_PERIOD
 
     x = 0
     while os.getppid() == parent:

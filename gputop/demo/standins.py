@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from typing import IO
 
 import gputop
-from gputop.collect.scenarios import Scenario
+from gputop.sim.scenarios import Scenario
 
 # The stand-ins run in a folder that holds no Python code, so that nothing in the user's
 # current folder (a `gputop/` checkout, a `torch.py`) can shadow the packages they import.

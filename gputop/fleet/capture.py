@@ -157,7 +157,7 @@ def _whole(value: object) -> bool:
 def _analysis(reply: dict) -> tuple[object | None, list[str]]:
     """A TraceAnalysis made of the reply's checked parts, for the diagnosis screen."""
     from gputop.diagnostics.findings import CATALOGUE, SEVERITY_RANK, Finding
-    from gputop.diagnostics.trace import TraceAnalysis
+    from gputop.diagnostics.trace.analysis import TraceAnalysis
 
     findings, skipped = [], []
     raw = reply.get("findings")
@@ -203,7 +203,7 @@ def report_text(capture: RemoteCapture, width: int) -> str:
     report that cannot be laid out from them falls back to the findings alone."""
     analysis = capture.analysis
     try:
-        from gputop.diagnostics.trace_report import format_report
+        from gputop.diagnostics.trace.report import format_report
 
         text = format_report(analysis, width)
     except Exception:

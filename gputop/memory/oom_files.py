@@ -13,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from gputop.agent.protocol import AgentError, default_capture_dir, socket_dir
 from gputop.memory.report import ReportError
+from gputop.protocol import AgentError, default_capture_dir, socket_dir
 
 MAX_POINTER = 4096
 _REPORT_NAME = re.compile(r"^[^/]*_([1-9][0-9]{0,9})\.([0-9]{1,16})\.oom\.json$")

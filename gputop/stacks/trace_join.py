@@ -21,7 +21,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gputop.diagnostics.trace_intervals import Ranges, intersect, merge, subtract, total
+from gputop.diagnostics.trace.intervals import Ranges, intersect, merge, subtract, total
 from gputop.stacks.profile import Frame
 from gputop.stacks.timeline import Sample, Timeline
 
@@ -40,7 +40,7 @@ TOP = 3
 # Workers are named for a finding when the training thread spent at least this share of its
 # time there waiting in library code, and the workers ran user code at least this much.
 WAITING_SHARE = 0.5
-_AGENT = ("/gputop/agent/", "/gputop/_boot/")
+_AGENT = ("/gputop/agent/", "/gputop/protocol.py", "/gputop/_boot/")  # the agent's own code
 
 
 def _is_user(frame: Frame) -> bool:

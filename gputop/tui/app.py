@@ -713,7 +713,7 @@ class GputopApp(App[int]):
     @work(thread=True, group="flops", exit_on_error=False)
     def _count_flops(self, pid: int) -> None:
         """Off the event loop: the agent answers once the counted step has ended."""
-        from gputop.agent.client import AgentError, request_flop_count
+        from gputop.client.agents import AgentError, request_flop_count
         from gputop.efficiency import flops_text
 
         try:
@@ -742,7 +742,7 @@ class GputopApp(App[int]):
     @work(thread=True, group="actions", exit_on_error=False)
     def _memory_lookup(self, pid: int) -> None:
         """Off the event loop: listing agents reads a socket directory."""
-        from gputop.agent import client
+        from gputop.client import agents as client
 
         try:
             has_agent = pid in client.list_agents() or client.find_agent(pid) is not None
@@ -831,7 +831,7 @@ class GputopApp(App[int]):
     @work(thread=True, group="actions", exit_on_error=False)
     def _look_up_agent(self, pid: int) -> None:
         """Off the event loop: listing agents reads a socket directory."""
-        from gputop.agent import client
+        from gputop.client import agents as client
 
         try:  # also in a container, from the host, or in a namespace beside ours
             has_agent = pid in client.list_agents() or client.find_agent(pid) is not None
@@ -917,8 +917,8 @@ class GputopApp(App[int]):
     def _run_capture(self, pid: int) -> None:
         """Off the event loop: the capture service records the steps (the bounded defaults of
         `gputop capture`) and analyses the trace."""
-        from gputop.agent.client import progress_text
         from gputop.capture.service import CaptureFailed, CaptureSettings, capture
+        from gputop.client.agents import progress_text
 
         worker = get_current_worker()
         shown = [""]

@@ -1,7 +1,7 @@
 """The diagnosis of a capture as a picture: the step-time bar in colour by role, the findings
 in their severity's colour, the top kernels and CPU ops as tables, the trace and how to open it.
 
-The same metrics as the plain report (gputop/diagnostics/trace_report.py, whose BAR_ROLES and
+The same metrics as the plain report (gputop/diagnostics/trace/report.py, whose BAR_ROLES and
 letters it reuses): every bar cell keeps its role's letter on the role's colour, so the bar
 still reads without colour (NO_COLOR) and matches `gputop analyze`'s legend.
 """
@@ -15,9 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
-from gputop.diagnostics.trace import TraceAnalysis
-from gputop.diagnostics.trace_report import BAR_ROLES, breakdown_bar, format_report
-from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
+from gputop.diagnostics.trace.analysis import TraceAnalysis
+from gputop.diagnostics.trace.report import BAR_ROLES, breakdown_bar, format_report
+from gputop.diagnostics.trace.rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
 PERFETTO = "https://ui.perfetto.dev"

@@ -21,7 +21,7 @@ from gputop.model import Snapshot
 if TYPE_CHECKING:
     import numpy as np
 
-    from gputop.diagnostics.mig_live import LiveDiagnosis
+    from gputop.diagnostics.live.mig import LiveDiagnosis
     from gputop.history import History
     from gputop.stacks.where import WhereFinder
 
@@ -177,7 +177,7 @@ class Feed:
                     from gputop.history import History
 
                     if self.diagnose:
-                        from gputop.diagnostics.mig_live import LiveDiagnosis
+                        from gputop.diagnostics.live.mig import LiveDiagnosis
 
                         self.diagnosis = LiveDiagnosis()
                     if self._make_where is not None and self.where is None:

@@ -118,7 +118,7 @@ class ReplayFeed(Feed):
     def _diagnose_to(self, index: int) -> None:
         """Run the live rules over every sample up to ``index`` not yet seen by them."""
         if self._diagnosis is None:
-            from gputop.diagnostics.mig_live import LiveDiagnosis  # MIG devices one by one
+            from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
 
             self._diagnosis = LiveDiagnosis(own_pid=self.own_pid)
         while len(self._found) <= index and not self._stop.is_set():

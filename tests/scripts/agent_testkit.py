@@ -88,7 +88,7 @@ def running(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
 
 def wait_for_steps(pid: int, steps: int = 2, timeout: float = SLOW) -> dict:
     """Poll the agent's status until it has counted ``steps`` optimizer steps."""
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     def ready() -> dict | None:
         status = agent_status(pid, timeout=ANSWER_S)
@@ -99,14 +99,14 @@ def wait_for_steps(pid: int, steps: int = 2, timeout: float = SLOW) -> dict:
 
 def status_of(pid: int, timeout: float = SLOW) -> dict:
     """The agent's status, asked again until it answers (a loaded machine can delay one)."""
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     return wait_for(lambda: agent_status(pid, timeout=ANSWER_S), timeout=timeout, interval=0.1)
 
 
 def wait_for_more_steps(pid: int, more: int = 3, timeout: float = SLOW) -> dict:
     """Wait until the job has taken ``more`` optimizer steps from now: training goes on."""
-    from gputop.agent.client import agent_status
+    from gputop.client.agents import agent_status
 
     steps = status_of(pid)["steps"]
 

@@ -53,8 +53,8 @@ def demo_trace(env: dict[str, str], out: Path) -> Path:
 
 
 def ddp_traces(env: dict[str, str], out: Path) -> list[Path]:
-    from gputop.agent.client import AgentError
-    from gputop.agent.jobs import find_job
+    from gputop.client.agents import AgentError
+    from gputop.client.jobs import find_job
 
     job = ["torchrun", "--nproc-per-node", "2", str(SCRIPTS / "ddp_train.py"),
            "--slow-rank", "1", "--slow-ms", "6", "--sample-ms", "1"]

@@ -10,7 +10,7 @@ raises a finding only after its condition has held. One module per family of cau
 * ``idle``: nothing to do (``gpu-idle``, ``hung``);
 * ``hardware``: the board (``throttling``, ``hardware-errors``);
 * ``memory``: ``memory-pressure``, ``memory-growth``;
-* ``sharing``: ``contention``, ``imbalance`` (the agents' cross-rank view in ``live_ranks``);
+* ``sharing``: ``contention``, ``imbalance`` (the agents' cross-rank view in ``ranks``);
 * ``causes``: every rule, and one root cause per GPU; ``startup``: no cause while a job starts;
   ``load``: where a training process spends its time; ``common``: thresholds and helpers.
 """

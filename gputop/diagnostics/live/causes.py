@@ -24,9 +24,9 @@ from gputop.diagnostics.live.idle import rule_gpu_idle, rule_hung
 from gputop.diagnostics.live.input import rule_dataloader_stall
 from gputop.diagnostics.live.memory import rule_memory
 from gputop.diagnostics.live.pcie import rule_pcie
+from gputop.diagnostics.live.ranks import annotate
 from gputop.diagnostics.live.sharing import rule_contention, rule_imbalance, rule_rank_imbalance
 from gputop.diagnostics.live.windows import _Windows
-from gputop.diagnostics.live_ranks import annotate
 from gputop.job_groups import jobs_in
 from gputop.model import Snapshot
 

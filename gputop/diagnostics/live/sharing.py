@@ -3,15 +3,15 @@
 Contention: two or more compute processes on one GPU for a whole window (time-slicing makes
 each slower). Imbalance: the GPUs of one job (ranks of one launcher, or the agents' job id)
 differ in utilization by 25 points and more, the slow one under 3/4 of the fast; the agents'
-step telemetry, where the ranks have agents, names the straggler instead (``live_ranks``).
+step telemetry, where the ranks have agents, names the straggler instead (``live.ranks``).
 """
 
 from __future__ import annotations
 
 from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live.common import WINDOW_S, first_pid, gib, look_deeper, mean
+from gputop.diagnostics.live.ranks import rank_imbalance
 from gputop.diagnostics.live.windows import _Context
-from gputop.diagnostics.live_ranks import rank_imbalance
 from gputop.job_groups import jobs_in
 from gputop.model import ProcSample
 
@@ -81,7 +81,7 @@ def rule_imbalance(ctx: _Context) -> list[Finding]:
 
 
 def rule_rank_imbalance(ctx: _Context) -> list[Finding]:
-    """The ranks of one job side by side, from their agents' step telemetry (``live_ranks``)."""
+    """The ranks of one job side by side, from their agents' step telemetry (``live.ranks``)."""
     return rank_imbalance(jobs_in(ctx.window[-1])) if ctx.window else []
 
 

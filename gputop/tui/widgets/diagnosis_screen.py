@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from gputop.diagnostics.trace import TraceAnalysis
+from gputop.diagnostics.trace.analysis import TraceAnalysis
 from gputop.tui.diagnosis_view import PERFETTO, diagnosis_renderable, open_text, title_text
 from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.text_line import TextLine

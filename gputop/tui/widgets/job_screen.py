@@ -3,7 +3,7 @@
 One bar per rank, its step time split into compute, waiting for a late rank inside
 collectives, communication that moves data, and the rest; the straggler and what it did
 instead; then the cross-rank report and where the traces are. Everything was computed off the
-event loop (``gputop.agent.jobs`` captured, ``gputop.diagnostics.trace_ranks`` compared); this
+event loop (``gputop.client.jobs`` captured, ``gputop.diagnostics.trace.ranks`` compared); this
 screen only lays it out.
 """
 
@@ -18,8 +18,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from gputop.diagnostics.trace_ranks import CrossRank
-from gputop.diagnostics.trace_report import format_cross_rank
+from gputop.diagnostics.trace.ranks import CrossRank
+from gputop.diagnostics.trace.report import format_cross_rank
 from gputop.format import safe_text
 from gputop.tui.widgets.diagnosis_screen import PERFETTO
 from gputop.tui.widgets.key_footer import KeyFooter

@@ -97,8 +97,8 @@ class MemoryScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="memory", exit_on_error=False)
     def _capture(self) -> None:
-        from gputop.agent.client import progress_text
         from gputop.capture.service import MEMORY, CaptureFailed, CaptureSettings, capture
+        from gputop.client.agents import progress_text
 
         worker = get_current_worker()
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import SEVERITY_RANK, Finding, order_findings
-from gputop.diagnostics.trace_busy import HOST_COPIES, copy_text, size_text
-from gputop.diagnostics.trace_intervals import intersect, total
-from gputop.diagnostics.trace_metrics import TraceMetrics
-from gputop.diagnostics.trace_queued import queued_label
+from gputop.diagnostics.trace.busy import HOST_COPIES, copy_text, size_text
+from gputop.diagnostics.trace.intervals import intersect, total
+from gputop.diagnostics.trace.metrics import TraceMetrics
+from gputop.diagnostics.trace.queued import queued_label
 from gputop.format import ms_h
 
 # Share of the window a finding costs -> severity.

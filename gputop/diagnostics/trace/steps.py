@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gputop.diagnostics.trace_kernels import DEVICE_SYNC_APIS
-from gputop.diagnostics.trace_load import Event, TraceData
+from gputop.diagnostics.trace.kernels import DEVICE_SYNC_APIS
+from gputop.diagnostics.trace.load import Event, TraceData
 
 
 class Step(NamedTuple):

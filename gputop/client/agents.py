@@ -2,7 +2,7 @@
 
 Used by `gputop` (the live monitor's `p`, `gputop capture`, the sampler's telemetry probe), never
 inside a training process; the training process's side is ``gputop.agent.server``, and what both
-sides share (wire format, limits, peer checks, socket directories) is ``gputop.agent.protocol``.
+sides share (wire format, limits, peer checks, socket directories) is ``gputop.protocol``.
 Everything here blocks: run it in a thread, never on an event loop.
 """
 
@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gputop.collect.pidns import in_init_pidns
+
 # Re-exported: callers of the client need the protocol's error and constants too.
-from gputop.agent.protocol import (  # noqa: F401
+from gputop.protocol import (  # noqa: F401
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
     COMMANDS,
@@ -39,7 +41,6 @@ from gputop.agent.protocol import (  # noqa: F401
     socket_dir,
     socket_path,
 )
-from gputop.collect.pidns import in_init_pidns
 
 # --- finding agents --------------------------------------------------------------------------
 
@@ -209,7 +210,7 @@ class Located:
     root: str = ""
 
 
-# Searches beyond the plain one (agents in containers, gputop.agent.namespaces), tried in order
+# Searches beyond the plain one (agents in containers, gputop.client.namespaces), tried in order
 # when the plain search finds no socket. Registered by their modules, so that this module never
 # imports them (they use this one).
 _LOCATORS: list[Callable[[int], Located | None]] = []
@@ -560,11 +561,11 @@ def partial_note(reply: dict[str, Any]) -> str | None:
 
 def trace_limits(reply: dict[str, Any]):
     """How to read the trace an agent named: no larger than the size budget of the capture
-    asked for (an agent writes no more: ``profiling.JSON_PER_STEP`` per recorded step; a
+    asked for (an agent writes no more: ``protocol.JSON_PER_STEP`` per recorded step; a
     sparse 5 GB file is refused unread); as another user's file (root capturing a user's
     job), a regular file owned by the agent's user, not reached through a link."""
-    from gputop.agent.profiling import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS
-    from gputop.diagnostics.trace_load import LoadLimits
+    from gputop.diagnostics.trace.load import LoadLimits
+    from gputop.protocol import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS
 
     steps = reply.get("steps")
     if not isinstance(steps, int) or isinstance(steps, bool) or reply.get("mode") != "steps":

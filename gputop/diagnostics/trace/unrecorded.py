@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gputop.diagnostics.trace_host import HOST_STATES, ThreadStates
-from gputop.diagnostics.trace_intervals import Ranges, intersect, total
-from gputop.diagnostics.trace_load import TraceData
-from gputop.diagnostics.trace_stats import pct, r3
+from gputop.diagnostics.trace.host import HOST_STATES, ThreadStates
+from gputop.diagnostics.trace.intervals import Ranges, intersect, total
+from gputop.diagnostics.trace.load import TraceData
+from gputop.diagnostics.trace.stats import pct, r3
 
 # c10::DeviceType of the "[memory]" events: CUDA and HIP.
 GPU_DEVICE_TYPES = (1, 6)

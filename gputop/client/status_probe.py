@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.agent import client
-from gputop.agent.protocol import MAX_MESSAGE, AgentError, decode, encode
+from gputop.client import agents as client
+from gputop.protocol import MAX_MESSAGE, AgentError, decode, encode
 
 PROBE_DEADLINE_S = 0.5  # the longest a tick waits for all agents together
 RETRY_TIMEOUT_S = 2.0  # a quiet socket's retry, off the sampling thread

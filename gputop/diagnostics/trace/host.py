@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from gputop.diagnostics.trace_intervals import (
+from gputop.diagnostics.trace.intervals import (
     RangeIndex,
     Ranges,
     intersect,
@@ -39,7 +39,7 @@ from gputop.diagnostics.trace_intervals import (
     merge_sorted,
     subtract,
 )
-from gputop.diagnostics.trace_kernels import (
+from gputop.diagnostics.trace.kernels import (
     ALLOC_APIS,
     COLLECTIVE_PREFIXES,
     COMPILE_MARK,
@@ -55,7 +55,7 @@ from gputop.diagnostics.trace_kernels import (
     is_host_collective_wait,
     is_startup_api,
 )
-from gputop.diagnostics.trace_load import Event
+from gputop.diagnostics.trace.load import Event
 
 # Python between two operators of a launch path: a module call, a hook, a loop over parameters.
 # One eager operator costs ~10 us of host time to dispatch and launch, so a stretch with no

@@ -29,8 +29,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import NamedTuple
 
-from gputop.diagnostics.trace_gaps import Attribution
-from gputop.diagnostics.trace_intervals import RangeIndex, Ranges
+from gputop.diagnostics.trace.gaps import Attribution
+from gputop.diagnostics.trace.intervals import RangeIndex, Ranges
 
 STREAM_WAIT_APIS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
 REASONS = ("graph", "stream-wait", "other-device", "collective", "unrecorded")

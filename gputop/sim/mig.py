@@ -1,5 +1,5 @@
 """MIG in the simulated NVML: the C functions a MIG-enabled GPU answers, as a mixin of
-``simnvml.SimulatedNvml`` (issue 29).
+``gputop.sim.nvml.SimulatedNvml`` (issue 29).
 
 A GPU whose scenario lists MIG devices (``GpuBehaviour.mig``) is in MIG mode: it answers
 ``nvmlDeviceGetMigMode`` (1, 1), ``nvmlDeviceGetMaxMigDeviceCount`` (7) and hands out a handle
@@ -22,13 +22,18 @@ from ctypes import POINTER, c_int, c_uint, c_void_p, cast
 
 import pynvml
 
-from gputop.collect import scenarios
+from gputop.sim import scenarios
+from gputop.sim.base import (
+    HANDLE_BASE,
+    INSUFFICIENT_SIZE,
+    INVALID_ARGUMENT,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    SUCCESS,
+    put_string,
+)
+from gputop.sim.base import put as _put
 
-SUCCESS = pynvml.NVML_SUCCESS
-NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
-INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
-INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 
 MIG_HANDLE_BASE = 0x6100_0000  # MIG device handles: base + 0x100 * GPU index + slot
@@ -72,10 +77,6 @@ _ON_MIG_PARENT = {
 }
 
 
-def _put(ptr: int, ctype, value) -> None:
-    cast(ptr, POINTER(ctype))[0] = value
-
-
 def mig_capable(name: str) -> bool:
     """Boards that have MIG (the rest answer NOT_SUPPORTED to the MIG calls)."""
     return any(board in name for board in MIG_BOARDS)
@@ -91,7 +92,7 @@ class SimulatedMig:
         if not _is_mig_handle(handle):
             return INVALID_ARGUMENT
         index, slot = divmod(handle - MIG_HANDLE_BASE, 0x100)
-        got = self._gpu(_simnvml().HANDLE_BASE + index)
+        got = self._gpu(HANDLE_BASE + index)
         if isinstance(got, int):
             return got
         pieces = got[1].mig
@@ -174,7 +175,7 @@ class SimulatedMig:
         got = self._mig_of(handle)
         if isinstance(got, int):
             return got
-        _put(out, c_void_p, _simnvml().HANDLE_BASE + got[0])
+        _put(out, c_void_p, HANDLE_BASE + got[0])
         return SUCCESS
 
     def nvmlDeviceGetMinorNumber(self, handle, out):
@@ -203,14 +204,14 @@ class SimulatedMig:
         if isinstance(got, int):
             return got
         name = f"{self.scenario.gpus[got[0]].model.name} MIG {got[2].profile}"
-        return _simnvml()._put_string(buf, size, name)
+        return put_string(buf, size, name)
 
     def _mig_uuid(self, handle, buf, size):
         got = self._mig_of(handle)
         if isinstance(got, int):
             return got
         index, slot, piece = got
-        return _simnvml()._put_string(buf, size, f"MIG-5a1e{self.seed:04x}-{index:04x}-4d3b-9c2e-"
+        return put_string(buf, size, f"MIG-5a1e{self.seed:04x}-{index:04x}-4d3b-9c2e-"
                                     f"00{piece.gpu_instance:04x}{slot:06x}")
 
     def _mig_memory_of(self, handle, out, struct, versioned: bool):
@@ -321,8 +322,3 @@ def _is_mig_handle(handle) -> bool:
     return isinstance(handle, int) and MIG_HANDLE_BASE <= handle < MIG_HANDLE_END
 
 
-def _simnvml():
-    """simnvml, which imports this module (its handle base and string writer)."""
-    from gputop.collect import simnvml
-
-    return simnvml

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from gputop.diagnostics import trace_cut
-from gputop.diagnostics.trace_stream import READ, EventSplitter, GzipReader, StreamError
+from gputop.diagnostics.trace import cut as trace_cut
+from gputop.diagnostics.trace.stream import READ, EventSplitter, GzipReader, StreamError
 
 
 class TraceError(Exception):

@@ -10,8 +10,8 @@ activity started after the previous one ended, kernel-wait when shorter than 30 
 
 from __future__ import annotations
 
-from gputop.diagnostics.trace_gaps import Activity, Launch
-from gputop.diagnostics.trace_intervals import Ranges, intersect, merge_sorted, total
+from gputop.diagnostics.trace.gaps import Activity, Launch
+from gputop.diagnostics.trace.intervals import Ranges, intersect, merge_sorted, total
 
 # HTA's default ``consecutive_kernel_delay``: gaps shorter than this are the GPU's own
 # back-to-back launch latency, not the host's fault.
@@ -138,7 +138,7 @@ def temporal_breakdown(
 def stream_sync_activities(gpu_syncs: list) -> list[Activity]:
     """Device-side sync waits drawn on a stream (``cuda_sync`` events), which HTA counts as GPU
     activity; waits not tied to a stream (event/context syncs) are host-side only."""
-    from gputop.diagnostics.trace_gaps import as_int
+    from gputop.diagnostics.trace.gaps import as_int
 
     out = []
     for ev in gpu_syncs:

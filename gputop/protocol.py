@@ -25,6 +25,16 @@ from gputop.collect.pidns import INIT_PIDNS, ns_inode
 PROTOCOL_VERSION = 1
 MAX_MESSAGE = 64 * 1024
 COMMANDS = ("hello", "status", "capture", "cancel", "seen", "flops", "memory")
+# Where a training process's time goes: the agent's goodput ledger books every second into one
+# of these, the monitor's efficiency ledger reads them back (``status["goodput"]``).
+GOODPUT_CATEGORIES = ("productive", "startup", "dataloader", "capture", "checkpoint", "stall",
+                      "hang")
+# A capture's size: the agent records at most MAX_STEPS steps (DEFAULT_STEPS unless asked) and
+# writes at most JSON_PER_STEP bytes of trace per recorded step (a time window counts as 3);
+# the monitor reads no more than that budget back.
+MAX_STEPS = 1000
+DEFAULT_STEPS = 3
+JSON_PER_STEP = 32 << 20
 
 _SOCKET_NAME = re.compile(r"^([1-9][0-9]{0,9})\.sock$")
 # An agent in a pid namespace other than the host's names its socket with the namespace too

@@ -22,10 +22,10 @@ from gputop.diagnostics.findings import (
     verdict,
 )
 from gputop.diagnostics.next_steps import app_of
-from gputop.diagnostics.trace_load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
-from gputop.diagnostics.trace_metrics import TraceMetrics, compute_metrics
-from gputop.diagnostics.trace_ranks import CrossRank, compare, split_communication
-from gputop.diagnostics.trace_rules import healthy_summary, run_rules
+from gputop.diagnostics.trace.load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
+from gputop.diagnostics.trace.metrics import TraceMetrics, compute_metrics
+from gputop.diagnostics.trace.ranks import CrossRank, compare, split_communication
+from gputop.diagnostics.trace.rules import healthy_summary, run_rules
 
 __all__ = ["TraceAnalysis", "TraceError", "analyze_trace", "attach_findings", "compare_job",
            "compare_ranks"]

@@ -27,9 +27,9 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from gputop.diagnostics.findings import Finding
-from gputop.diagnostics.trace_intervals import intersect, merge, total
-from gputop.diagnostics.trace_metrics import TraceMetrics
-from gputop.diagnostics.trace_rules import WARNING_SHARE, severity_for
+from gputop.diagnostics.trace.intervals import intersect, merge, total
+from gputop.diagnostics.trace.metrics import TraceMetrics
+from gputop.diagnostics.trace.rules import WARNING_SHARE, severity_for
 from gputop.format import ms_h
 
 # A rank counts as the straggler when it is the last to start most of the collective wait

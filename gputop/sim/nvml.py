@@ -24,23 +24,26 @@ from ctypes import CFUNCTYPE, POINTER, c_int, c_uint, c_ulonglong, c_void_p, cas
 
 import pynvml
 
-from gputop.collect import scenarios
-from gputop.collect.scenarios import GpuBehaviour, Scenario
-from gputop.collect.simmig import PROTOTYPES as MIG_PROTOTYPES
-from gputop.collect.simmig import SimulatedMig
+from gputop.sim import scenarios
+from gputop.sim.base import (  # noqa: F401  (the return codes are part of this module's face)
+    GPU_IS_LOST,
+    HANDLE_BASE,
+    INSUFFICIENT_SIZE,
+    INVALID_ARGUMENT,
+    LIBRARY_NOT_FOUND,
+    NOT_SUPPORTED,
+    SUCCESS,
+    UNINITIALIZED,
+    UNKNOWN,
+)
+from gputop.sim.base import put as _put
+from gputop.sim.base import put_string as _put_string
+from gputop.sim.mig import PROTOTYPES as MIG_PROTOTYPES
+from gputop.sim.mig import SimulatedMig
+from gputop.sim.scenarios import GpuBehaviour, Scenario
 
 log = logging.getLogger(__name__)
 
-SUCCESS = pynvml.NVML_SUCCESS
-NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
-INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
-GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
-LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
-UNINITIALIZED = pynvml.NVML_ERROR_UNINITIALIZED
-UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
-
-HANDLE_BASE = 0x5100  # fake device handles are HANDLE_BASE + index
 # A real driver answers nvmlDeviceGetPcieThroughput after counting bytes for 20 ms; the demo
 # blocks as long (``pcie_sample_s``), so what a tick costs in time is what it costs on a node.
 PCIE_SAMPLE_S = 0.02
@@ -54,18 +57,6 @@ def _pid_max() -> int:  # read once: a driver call does not read /proc
             return int(f.read())
     except OSError:
         return 4_194_304
-
-
-def _put(ptr: int, ctype, value) -> None:
-    cast(ptr, POINTER(ctype))[0] = value
-
-
-def _put_string(buf: int, size: int, text: str) -> int:
-    data = text.encode() + b"\0"
-    if len(data) > size:
-        return INSUFFICIENT_SIZE
-    ctypes.memmove(buf, data, len(data))
-    return SUCCESS
 
 
 class SimProcess:
@@ -528,7 +519,7 @@ PROTOTYPES: dict[str, tuple] = {
     "nvmlGpmSampleFree": (c_int, _P),
     "nvmlGpmSampleGet": (c_int, _P, _P),
     "nvmlGpmMetricsGet": (c_int, _P),
-    **MIG_PROTOTYPES,  # MIG calls (collect/simmig.py)
+    **MIG_PROTOTYPES,  # MIG calls (sim/mig.py)
 }
 
 

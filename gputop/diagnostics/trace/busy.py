@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
-from gputop.diagnostics.trace_gaps import Activity, Attribution
-from gputop.diagnostics.trace_intervals import RangeIndex, Ranges, intersect, merge, subtract, total
-from gputop.diagnostics.trace_links import Link
-from gputop.diagnostics.trace_stats import pct, r3
+from gputop.diagnostics.trace.gaps import Activity, Attribution
+from gputop.diagnostics.trace.intervals import RangeIndex, Ranges, intersect, merge, subtract, total
+from gputop.diagnostics.trace.links import Link
+from gputop.diagnostics.trace.stats import pct, r3
 from gputop.format import ms_h
 
 COPY_CLASSES = ("h2d", "d2h", "d2d", "p2p")

@@ -25,8 +25,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gputop.diagnostics.trace_busy import busy_breakdown, copy_class
-from gputop.diagnostics.trace_gaps import (
+from gputop.diagnostics.trace.busy import busy_breakdown, copy_class
+from gputop.diagnostics.trace.gaps import (
     BUSY_ROLES,
     CPU_DEVICE,
     CPU_WAKE_US,
@@ -44,16 +44,16 @@ from gputop.diagnostics.trace_gaps import (
     main_thread,
     per_step,
 )
-from gputop.diagnostics.trace_host import ThreadStates, build_thread_states, op_kind
-from gputop.diagnostics.trace_hta import stream_sync_activities, temporal_breakdown
-from gputop.diagnostics.trace_intervals import (
+from gputop.diagnostics.trace.host import ThreadStates, build_thread_states, op_kind
+from gputop.diagnostics.trace.hta import stream_sync_activities, temporal_breakdown
+from gputop.diagnostics.trace.intervals import (
     Ranges,
     intersect,
     merge,
     merge_sorted,
     total,
 )
-from gputop.diagnostics.trace_kernels import (
+from gputop.diagnostics.trace.kernels import (
     ALLOC_APIS,
     DATALOADER_PREFIX,
     GRAPH_LAUNCH_APIS,
@@ -61,12 +61,12 @@ from gputop.diagnostics.trace_kernels import (
     SYNC_APIS,
     is_blocking_copy_api,
 )
-from gputop.diagnostics.trace_links import host_link
-from gputop.diagnostics.trace_load import Event, TraceData
-from gputop.diagnostics.trace_queued import Queued, queued_inputs, waits_for
-from gputop.diagnostics.trace_stats import kernel_stats, memory, pct, r3, walk_host_ops
-from gputop.diagnostics.trace_steps import Step, find_window, profiler_sync, steady_steps
-from gputop.diagnostics.trace_unrecorded import host_breakdown, unrecorded_gpu
+from gputop.diagnostics.trace.links import host_link
+from gputop.diagnostics.trace.load import Event, TraceData
+from gputop.diagnostics.trace.queued import Queued, queued_inputs, waits_for
+from gputop.diagnostics.trace.stats import kernel_stats, memory, pct, r3, walk_host_ops
+from gputop.diagnostics.trace.steps import Step, find_window, profiler_sync, steady_steps
+from gputop.diagnostics.trace.unrecorded import host_breakdown, unrecorded_gpu
 
 # Nsight Systems' "GPU Gaps" expert rule (gpu_gaps) reports idle stretches of 500 ms or more.
 LONG_GAP_US = 500_000.0

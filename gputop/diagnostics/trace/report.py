@@ -8,10 +8,10 @@ import os
 import textwrap
 
 from gputop.diagnostics.findings import CATALOGUE, NOT_ASSESSED
-from gputop.diagnostics.trace import TraceAnalysis
-from gputop.diagnostics.trace_busy import CLASS_LABELS, copy_text, size_text
-from gputop.diagnostics.trace_host import HOST_STATES
-from gputop.diagnostics.trace_rules import kernel_base_name, short_kernel_name
+from gputop.diagnostics.trace.analysis import TraceAnalysis
+from gputop.diagnostics.trace.busy import CLASS_LABELS, copy_text, size_text
+from gputop.diagnostics.trace.host import HOST_STATES
+from gputop.diagnostics.trace.rules import kernel_base_name, short_kernel_name
 from gputop.format import ms_h, safe_text
 
 # Step-time roles in the bar: (metric key(s), letter, label). Letters, not colours, so the bar

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.client import (
+from gputop.client.agents import (
     AgentConnection,
     Located,
     _owner,
@@ -38,7 +38,8 @@ from gputop.agent.client import (
     agent_status,
     request,
 )
-from gputop.agent.protocol import (
+from gputop.collect.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
+from gputop.protocol import (
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
     AgentError,
@@ -47,7 +48,6 @@ from gputop.agent.protocol import (
     pid_namespace,
     socket_name,
 )
-from gputop.collect.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
 
 MAX_FOREIGN = 64  # agents of other namespaces asked per discovery
 FOREIGN_TIMEOUT_S = 0.5
@@ -257,6 +257,9 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
     return out
 
 
-# The client's search for an agent falls back on these (imported by what talks to agents: the
-# sampler's session and the capture service), so that the client never imports this module.
-add_locator(locate)
+def wire() -> None:
+    """Let the client's search for an agent fall back on containers (idempotent). Called by
+    what talks to agents (the sampler's session, the capture service), so that finding an agent
+    in a container never depends on which module happened to be imported first; the client
+    never imports this module (it uses the client)."""
+    add_locator(locate)

@@ -9,10 +9,10 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from gputop.diagnostics.trace_gaps import Activity, Launch
-from gputop.diagnostics.trace_intervals import Ranges
-from gputop.diagnostics.trace_kernels import DATALOADER_PREFIX, kernel_class
-from gputop.diagnostics.trace_load import Event, TraceData
+from gputop.diagnostics.trace.gaps import Activity, Launch
+from gputop.diagnostics.trace.intervals import Ranges
+from gputop.diagnostics.trace.kernels import DATALOADER_PREFIX, kernel_class
+from gputop.diagnostics.trace.load import Event, TraceData
 
 # A kernel this short finishes before a typical launch call returns (CUDA launch overhead is
 # ~5-10 us on current drivers); "under 10 us" is also TraceLens' and HTA's short-kernel bucket.

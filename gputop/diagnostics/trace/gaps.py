@@ -29,8 +29,8 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from gputop.diagnostics.trace_host import ThreadStates
-from gputop.diagnostics.trace_intervals import (
+from gputop.diagnostics.trace.host import ThreadStates
+from gputop.diagnostics.trace.intervals import (
     RangeIndex,
     Ranges,
     intersect,
@@ -39,8 +39,8 @@ from gputop.diagnostics.trace_intervals import (
     subtract,
     total,
 )
-from gputop.diagnostics.trace_kernels import kernel_class
-from gputop.diagnostics.trace_load import Event, TraceData
+from gputop.diagnostics.trace.kernels import kernel_class
+from gputop.diagnostics.trace.load import Event, TraceData
 
 BUSY_ROLES = ("compute", "communication", "memcpy", "memset")
 IDLE_CAUSES = (

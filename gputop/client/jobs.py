@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.client import (
+from gputop.client.agents import (
     AgentError,
     default_capture_dir,
     list_agents,
