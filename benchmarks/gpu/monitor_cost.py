@@ -34,6 +34,7 @@ import argparse
 import fcntl
 import os
 import re
+import select
 import signal
 import statistics
 import struct
@@ -237,10 +238,16 @@ def main() -> int:
         else:
             job = subprocess.Popen([py, "-c", JOB], stdout=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            ready = job.stdout.readline() if job.stdout else b""
+            # torch's import and CUDA's start take seconds: wait for its line, not forever.
+            seen, _, _ = select.select([job.stdout], [], [], JOB_READY_TIMEOUT_S)
+            ready = job.stdout.readline() if seen and job.stdout else b""
             if not ready.startswith(b"ready"):
-                raise SystemExit(f"monitor_cost: the CUDA job did not start (exit "
-                                 f"{job.wait(JOB_READY_TIMEOUT_S)})")
+                try:
+                    code = job.wait(5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                raise SystemExit(f"monitor_cost: the CUDA job did not start (exit {code}; "
+                                 f"waited at most {JOB_READY_TIMEOUT_S:g} s)")
             pids = [job.pid]
             commands = {"gputop": [py, "-m", "gputop", *interval],
                         "nvitop": [py, "-m", "nvitop", *interval]}
@@ -283,7 +290,10 @@ def main() -> int:
                 f"{results[n]['threads'][-1]:.0f} threads" for n in names), flush=True)
     finally:
         if job is not None:
-            os.killpg(job.pid, signal.SIGKILL)
+            try:
+                os.killpg(job.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended on its own (no GPU, no torch)
+                pass
             job.wait(10)
         if standins is not None:
             standins.stop()
