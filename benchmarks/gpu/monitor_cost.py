@@ -251,6 +251,13 @@ def main() -> int:
             pids = [job.pid]
             commands = {"gputop": [py, "-m", "gputop", *interval],
                         "nvitop": [py, "-m", "nvitop", *interval]}
+        # A warm start for both, as after a first run: their modules compiled once here (the
+        # GPU machine's wheels are installed with --no-compile, and a fresh checkout has no
+        # .pyc: the first start would otherwise compile Textual, nvitop and gputop).
+        subprocess.run([py, "-m", "compileall", "-q", str(REPO / "gputop")],
+                       capture_output=True, env=env, check=False)
+        subprocess.run([py, "-c", "import textual.app, textual.widgets, nvitop.cli, "
+                        "gputop.tui.app"], capture_output=True, env=env, cwd=REPO, check=False)
         want = re.compile(rb"(?<![0-9])(?:" + b"|".join(str(p).encode() for p in pids)
                           + rb")(?![0-9])")
         print(machine_line(args.simulated))
