@@ -9,9 +9,13 @@ that cannot count its GPUs says why in ``DriverInfo.error``. Without a driver,
 ``open()`` returns a ``DriverInfo`` that says so; nothing raises.
 
 PCIe throughput is the one slow read: the driver counts bytes for 20 ms per call (TX and RX
-are two calls), so 8 GPUs read one after the other would block a tick for 320 ms. Each GPU's
-two reads run on a helper thread, all GPUs at once, started before the rest of the tick
-(``start_pcie``) so they overlap it.
+are two calls), so 8 GPUs read one after the other would block a tick for 320 ms. The first
+tick (a snapshot's only one, the monitor's first frame) reads every GPU at once on helper
+threads that end with it; after it, one reader thread reads the GPUs one after the other,
+started before the rest of the tick (``start_pcie``), and a tick takes each GPU's newest
+finished reading: this tick's when it is done, otherwise the one before (one interval old;
+with more GPUs than a round of 40 ms reads fits in an interval, older). One thread sleeping in
+the driver instead of one per GPU (issue 40: every thread costs a stack and memory).
 """
 
 from __future__ import annotations
@@ -133,8 +137,11 @@ class NvmlCollector(MigMixin):
         self.devices: list[_Device] = []
         self.driver = DriverInfo(available=False, error="NVML not initialised")
         self._open = False
-        self._pcie_pool: ThreadPoolExecutor | None = None
-        self._pcie: dict[int, Future] | None = None  # GPU index -> its (tx, rx) being read
+        self._pcie_first: ThreadPoolExecutor | None = None  # the first tick's, all GPUs at once
+        self._pcie_pool: ThreadPoolExecutor | None = None  # then one reader thread
+        self._pcie: dict[int, Future] = {}  # GPU index -> its (tx, rx) being read
+        self._pcie_last: dict[int, tuple[int | None, int | None]] = {}  # newest finished reading
+        self._pcie_ticking = False  # this tick's reads are started
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -182,9 +189,11 @@ class NvmlCollector(MigMixin):
     def close(self) -> None:
         if not self._open:
             return
-        if self._pcie_pool is not None:
-            self._pcie_pool.shutdown(wait=True)  # no read may outlive nvmlShutdown
-            self._pcie_pool, self._pcie = None, None
+        for pool in (self._pcie_first, self._pcie_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)  # no read may outlive nvmlShutdown
+        self._pcie_first = self._pcie_pool = None
+        self._pcie, self._pcie_last = {}, {}
         for dev in self.devices:
             for sample in (dev.gpm_prev, dev.gpm_spare):
                 if sample is not None:
@@ -330,23 +339,34 @@ class NvmlCollector(MigMixin):
         return tx, rx
 
     def start_pcie(self) -> None:
-        """Start this tick's PCIe reads of every GPU (they take the driver 20 ms each)."""
-        if self._pcie is not None or not self._open:
+        """Start this tick's PCIe reads (they take the driver 20 ms each)."""
+        if self._pcie_ticking or not self._open:
             return
+        self._pcie_ticking = True
         wanted = [d for d in self.devices
                   if not d.lost and not {"pcie_tx", "pcie_rx"} <= d.unsupported]
         if not wanted:
             return
         if self._pcie_pool is None:
-            self._pcie_pool = ThreadPoolExecutor(max_workers=min(16, len(self.devices)),
-                                                 thread_name_prefix="gputop-pcie")
-        self._pcie = {d.index: self._pcie_pool.submit(self._read_pcie, d) for d in wanted}
+            # The first tick waits for its readings: all GPUs at once, on threads that end
+            # once these reads are done (shutdown without waiting lets them finish).
+            self._pcie_first = ThreadPoolExecutor(max_workers=min(16, len(wanted)),
+                                                  thread_name_prefix="gputop-pcie")
+            self._pcie = {d.index: self._pcie_first.submit(self._read_pcie, d) for d in wanted}
+            self._pcie_first.shutdown(wait=False)
+            self._pcie_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gputop-pcie")
+            return
+        for d in wanted:
+            if d.index not in self._pcie:  # not still queued or read from an earlier tick
+                self._pcie[d.index] = self._pcie_pool.submit(self._read_pcie, d)
 
     def _take_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
-        future = self._pcie.pop(dev.index, None) if self._pcie is not None else None
-        if future is None:
-            return None, None
-        return future.result()  # raises _Lost for a GPU that fell off the bus
+        future = self._pcie.get(dev.index)
+        # A reading not finished yet: the one before it, unless there is none (first tick).
+        if future is not None and (future.done() or dev.index not in self._pcie_last):
+            del self._pcie[dev.index]
+            self._pcie_last[dev.index] = future.result()  # raises _Lost: fell off the bus
+        return self._pcie_last.get(dev.index, (None, None))
 
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
         empty = dict.fromkeys(GPM_METRICS)
@@ -395,9 +415,11 @@ class NvmlCollector(MigMixin):
                 dev.lost = True
                 log.info("GPU %d fell off the bus", dev.index)
                 out.append((self._lost_sample(dev), [], {}))
-        pending, self._pcie = self._pcie, None
-        for future in (pending or {}).values():  # a GPU lost meanwhile: let its read finish
-            future.cancel()
+        self._pcie_ticking = False
+        for dev in self.devices:  # a GPU lost meanwhile: its queued read is not needed
+            future = self._pcie.pop(dev.index, None) if dev.lost else None
+            if future is not None:
+                future.cancel()
         return out
 
     def _slow_fields(self, dev: _Device) -> dict[str, Any]:
