@@ -61,3 +61,29 @@ def test_the_monitor_runs_one_pcie_reader_and_no_blas_threads():
     # Every thread of the process is one of Python's: numpy brought no BLAS pool.
     assert seen["native"] == len(seen["python"]), seen
     assert len(seen["python"]) <= 10, seen
+
+
+def test_the_first_frames_sample_asks_no_agent_and_the_next_tick_does(simulated):
+    """The first frame comes without the agents' status (the probe can take up to its 0.5 s
+    deadline); every tick after it asks them, as before."""
+    from gputop.collect.nvml import NvmlCollector
+    from gputop.collect.sampler import Sampler
+    from gputop.tui.early_start import first_sample
+
+    simulated("healthy")
+    asked: list[set[int]] = []
+
+    def probe(pids: set[int]) -> dict[int, dict]:
+        asked.append(set(pids))
+        return {}
+
+    sampler = Sampler(NvmlCollector(), agent_probe=probe)
+    sampler.open()
+    try:
+        first = first_sample(sampler)
+        assert first.gpus and asked == []
+        assert sampler.agent_probe is probe
+        sampler.sample()
+        assert len(asked) == 1
+    finally:
+        sampler.close()
