@@ -11,10 +11,9 @@ that cannot count its GPUs says why in ``DriverInfo.error``. Without a driver,
 PCIe throughput is the one slow read: the driver counts bytes for 20 ms per call (TX and RX
 are two calls), so 8 GPUs read one after the other would block a tick for 320 ms. The first
 tick (a snapshot's only one, the monitor's first frame) reads every GPU at once on helper
-threads that end with it; after it, one reader thread reads the GPUs one after the other,
-started before the rest of the tick (``start_pcie``), and a tick takes each GPU's newest
-finished reading: this tick's when it is done, otherwise the one before (one interval old;
-with more GPUs than a round of 40 ms reads fits in an interval, older). One thread sleeping in
+threads that end with it. After it, one reader thread per ``GPUS_PER_READER`` GPUs reads them
+in turn, started before the rest of the tick (``start_pcie``) so they overlap it: a tick waits
+at most ~0.3 s for its readings, off the interface's thread, and holds one thread sleeping in
 the driver instead of one per GPU (issue 40: every thread costs a stack and memory).
 """
 
@@ -129,6 +128,11 @@ def device_count() -> tuple[int | None, str | None]:
             pass
 
 
+# GPUs read in turn by one PCIe reader thread after the first tick: 8 x 2 x 20 ms, a tick
+# waits at most ~0.3 s for them (the interval is 1 s by default; the tick's cadence holds).
+GPUS_PER_READER = 8
+
+
 class NvmlCollector(MigMixin):
     """Samples every GPU NVML reports (or those in ``only``) on each ``sample()`` call."""
 
@@ -140,8 +144,6 @@ class NvmlCollector(MigMixin):
         self._pcie_first: ThreadPoolExecutor | None = None  # the first tick's, all GPUs at once
         self._pcie_pool: ThreadPoolExecutor | None = None  # then one reader thread
         self._pcie: dict[int, Future] = {}  # GPU index -> its (tx, rx) being read
-        self._pcie_last: dict[int, tuple[int | None, int | None]] = {}  # newest finished reading
-        self._pcie_ticking = False  # this tick's reads are started
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -193,7 +195,7 @@ class NvmlCollector(MigMixin):
             if pool is not None:
                 pool.shutdown(wait=True)  # no read may outlive nvmlShutdown
         self._pcie_first = self._pcie_pool = None
-        self._pcie, self._pcie_last = {}, {}
+        self._pcie = {}
         for dev in self.devices:
             for sample in (dev.gpm_prev, dev.gpm_spare):
                 if sample is not None:
@@ -340,33 +342,30 @@ class NvmlCollector(MigMixin):
 
     def start_pcie(self) -> None:
         """Start this tick's PCIe reads (they take the driver 20 ms each)."""
-        if self._pcie_ticking or not self._open:
+        if self._pcie or not self._open:
             return
-        self._pcie_ticking = True
         wanted = [d for d in self.devices
                   if not d.lost and not {"pcie_tx", "pcie_rx"} <= d.unsupported]
         if not wanted:
             return
         if self._pcie_pool is None:
-            # The first tick waits for its readings: all GPUs at once, on threads that end
-            # once these reads are done (shutdown without waiting lets them finish).
+            # The first tick: all GPUs at once, on threads that end once these reads are done
+            # (a shutdown that does not wait lets them finish).
             self._pcie_first = ThreadPoolExecutor(max_workers=min(16, len(wanted)),
                                                   thread_name_prefix="gputop-pcie")
             self._pcie = {d.index: self._pcie_first.submit(self._read_pcie, d) for d in wanted}
             self._pcie_first.shutdown(wait=False)
-            self._pcie_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gputop-pcie")
+            readers = min(16, -(-len(wanted) // GPUS_PER_READER))
+            self._pcie_pool = ThreadPoolExecutor(max_workers=readers,
+                                                 thread_name_prefix="gputop-pcie")
             return
-        for d in wanted:
-            if d.index not in self._pcie:  # not still queued or read from an earlier tick
-                self._pcie[d.index] = self._pcie_pool.submit(self._read_pcie, d)
+        self._pcie = {d.index: self._pcie_pool.submit(self._read_pcie, d) for d in wanted}
 
     def _take_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
-        future = self._pcie.get(dev.index)
-        # A reading not finished yet: the one before it, unless there is none (first tick).
-        if future is not None and (future.done() or dev.index not in self._pcie_last):
-            del self._pcie[dev.index]
-            self._pcie_last[dev.index] = future.result()  # raises _Lost: fell off the bus
-        return self._pcie_last.get(dev.index, (None, None))
+        future = self._pcie.pop(dev.index, None)
+        if future is None:
+            return None, None
+        return future.result()  # raises _Lost for a GPU that fell off the bus
 
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
         empty = dict.fromkeys(GPM_METRICS)
@@ -415,11 +414,9 @@ class NvmlCollector(MigMixin):
                 dev.lost = True
                 log.info("GPU %d fell off the bus", dev.index)
                 out.append((self._lost_sample(dev), [], {}))
-        self._pcie_ticking = False
-        for dev in self.devices:  # a GPU lost meanwhile: its queued read is not needed
-            future = self._pcie.pop(dev.index, None) if dev.lost else None
-            if future is not None:
-                future.cancel()
+        pending, self._pcie = self._pcie, {}
+        for future in pending.values():  # a GPU lost meanwhile: let its read finish
+            future.cancel()
         return out
 
     def _slow_fields(self, dev: _Device) -> dict[str, Any]:
