@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pynvml
@@ -414,10 +414,32 @@ class NvmlCollector(MigMixin):
                 dev.lost = True
                 log.info("GPU %d fell off the bus", dev.index)
                 out.append((self._lost_sample(dev), [], {}))
+        # The PCIe readings last: the tick's other reads run in one go, then it waits once
+        # (taking each GPU's as it came would wake this thread once per GPU while the readers
+        # go through them: +1.3 ms of CPU a tick at 8 GPUs, cold caches after each wait).
+        for i, (dev, row) in enumerate(zip(self.devices, out)):
+            if dev.lost:
+                continue
+            try:
+                out[i] = self._with_pcie(row, *self._take_pcie(dev))
+            except _Lost:
+                dev.lost = True
+                log.info("GPU %d fell off the bus", dev.index)
+                out[i] = (self._lost_sample(dev), [], {})
         pending, self._pcie = self._pcie, {}
         for future in pending.values():  # a GPU lost meanwhile: let its read finish
             future.cancel()
         return out
+
+    @staticmethod
+    def _with_pcie(row, tx: int | None, rx: int | None):
+        sample, procs, proc_util = row
+        if tx is None and rx is None:
+            return row
+        # NVML reports PCIe throughput in KB/s.
+        sample = replace(sample, pcie_tx_mbs=None if tx is None else tx / 1000.0,
+                         pcie_rx_mbs=None if rx is None else rx / 1000.0)
+        return sample, procs, proc_util
 
     def _slow_fields(self, dev: _Device) -> dict[str, Any]:
         if dev.ticks % SLOW_EVERY == 0 or not dev.slow:
@@ -453,7 +475,7 @@ class NvmlCollector(MigMixin):
         slow = self._slow_fields(dev)
         limit_mw = slow["power_limit"]
         energy_mj = self._get(dev, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption)
-        tx, rx = self._take_pcie(dev)
+        tx, rx = None, None  # filled in at the end of the tick (sample: _with_pcie)
         gen, width = slow["pcie_gen"], slow["pcie_width"]
         temp = self._get(dev, "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
         fan = slow["fan"]
@@ -481,9 +503,8 @@ class NvmlCollector(MigMixin):
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
             energy_j=None if energy_mj is None else energy_mj / 1000.0,
-            # NVML reports PCIe throughput in KB/s.
-            pcie_tx_mbs=None if tx is None else tx / 1000.0,
-            pcie_rx_mbs=None if rx is None else rx / 1000.0,
+            pcie_tx_mbs=tx,
+            pcie_rx_mbs=rx,
             pcie_gen=gen,
             pcie_gen_max=s.get("pcie_gen_max"),
             pcie_width=width,
