@@ -12,9 +12,10 @@ PCIe throughput is the one slow read: the driver counts bytes for 20 ms per call
 are two calls), so 8 GPUs read one after the other would block a tick for 320 ms. The first
 tick (a snapshot's only one, the monitor's first frame) reads every GPU at once on helper
 threads that end with it. After it, one reader thread per ``GPUS_PER_READER`` GPUs reads them
-in turn, started before the rest of the tick (``start_pcie``) so they overlap it: a tick waits
-at most ~0.3 s for its readings, off the interface's thread, and holds one thread sleeping in
-the driver instead of one per GPU (issue 40: every thread costs a stack and memory).
+in turn, started before the rest of the tick (``start_pcie``) so they overlap it; the tick
+takes them once, after its other reads, waiting at most ~0.3 s, off the interface's thread. One
+thread sleeps in the driver instead of one per GPU (issue 40: every thread costs a stack and
+memory).
 """
 
 from __future__ import annotations
