@@ -129,6 +129,8 @@ def device_count() -> tuple[int | None, str | None]:
             pass
 
 
+_Row = tuple[GpuSample, list[tuple[int, int | None]], dict[int, float]]
+
 # GPUs read in turn by one PCIe reader thread after the first tick: 8 x 2 x 20 ms, a tick
 # waits at most ~0.3 s for them (the interval is 1 s by default; the tick's cadence holds).
 GPUS_PER_READER = 8
@@ -401,10 +403,10 @@ class NvmlCollector(MigMixin):
 
     # -- a tick -------------------------------------------------------------------------------
 
-    def sample(self) -> list[tuple[GpuSample, list[tuple[int, int | None]], dict[int, float]]]:
+    def sample(self) -> list[_Row]:
         """Per GPU: the sample (without processes), its compute pids with memory, and SM %."""
         self.start_pcie()
-        out = []
+        out: list[_Row] = []
         for dev in self.devices:
             if dev.lost:
                 out.append((self._lost_sample(dev), [], {}))
@@ -433,7 +435,7 @@ class NvmlCollector(MigMixin):
         return out
 
     @staticmethod
-    def _with_pcie(row, tx: int | None, rx: int | None):
+    def _with_pcie(row: _Row, tx: int | None, rx: int | None) -> _Row:
         sample, procs, proc_util = row
         if tx is None and rx is None:
             return row
