@@ -1,6 +1,6 @@
 """The live monitor's cost against nvitop's, measured in one run on the same simulated GPUs.
 
-Both run in tmux at the same size (160x50 by default) on `--demo tour` (8 simulated GPUs,
+Both run in tmux at the same size (160x50 by default) on `--demo tour` (10 simulated GPUs,
 each with a different problem), at a 1 s interval, on a host with ~300 processes:
 - gputop: `gputop --demo tour --interval 1` with its charts and live diagnosis on;
 - nvitop: `nvitop --interval 1` in a Python process that first puts gputop's simulated NVML
@@ -10,10 +10,13 @@ GPUTOP_DEMO_PIDS, so the two monitors show the same processes and neither starts
 
 It prints:
 - time to first frame: from the command line typed at a shell prompt to a screen that shows
-  the GPUs and their processes (median and worst of --starts runs each, alternating);
-- CPU: both monitors side by side for --seconds after --warmup, each one's own process only
-  (threads included), as % of one core: mean (CPU time over wall time) and median of 1 s
-  readings, and the gputop/nvitop ratio of each (the goal: <= 1.0);
+  the GPUs and their processes (--starts pairs, gputop then nvitop);
+- for each of --runs runs, both monitors started side by side for --seconds after --warmup,
+  each one's own process only (threads included): CPU as % of one core (mean: CPU time over
+  wall time; and the median of 1 s readings), RSS and threads at the end;
+- a table of min / median / max of each figure and of the gputop/nvitop ratios (per run; for
+  the first frame per pair), against the goals (median): CPU <= 1.00, RSS <= 1.5, first
+  frame <= 1.2; with the machine's load average before and after;
 - gputop's frame times (GPUTOP_FRAME_LOG): the frame handler's wall and CPU time, and the
   wall time until the frame is painted.
 
@@ -21,7 +24,7 @@ Other work on the machine slows both alike; compare ratios, not absolute figures
 machines.
 
 Usage: python benchmarks/bench_tui.py [--seconds 60] [--warmup 10] [--size 160x50]
-                                      [--interval 1] [--processes 300] [--starts 3]
+                                      [--interval 1] [--processes 300] [--starts 3] [--runs 3]
 """
 
 from __future__ import annotations
@@ -124,6 +127,65 @@ def first_frame(width: int, height: int, env: dict[str, str], name: str, command
         pane.close()
 
 
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """min / median / max."""
+    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values),
+                                              max(values)))
+
+
+def side_by_side(args: argparse.Namespace, width: int, height: int, env: dict[str, str],
+                 cmd: dict[str, str], pids: list[int], frame_log: Path, panes: list[Pane],
+                 keep: bool) -> dict[str, dict[str, float]]:
+    """Both monitors started in their own panes, drawing at the same time: each one's CPU
+    (mean: CPU time over wall time; median of 1 s readings) over --seconds after --warmup,
+    its RSS and threads at the end. ``keep``: leave the panes open (in ``panes``) for the
+    resize timing; otherwise they are closed here."""
+    procs: dict[str, psutil.Process] = {}
+    mine: list[Pane] = []
+    try:
+        for name in ("gputop", "nvitop"):
+            pane_env = dict(env, GPUTOP_FRAME_LOG=str(frame_log)) if name == "gputop" else env
+            pane = Pane(width, height, pane_env)
+            mine.append(pane)
+            pane.type(cmd[name])
+        deadline = time.monotonic() + TIMEOUT_S
+        for name, pane in zip(("gputop", "nvitop"), mine):
+            while not shows_gpus_and_processes(name, pane.screen(), pids):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"bench_tui: {name} shows no frame")
+                time.sleep(0.05)
+            program = pane.program()
+            if program is None:
+                raise SystemExit(f"bench_tui: {name} ended")
+            procs[name] = program
+        time.sleep(args.warmup)
+        readings: dict[str, list[float]] = {name: [] for name in procs}
+        cpu0 = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
+        last = dict(cpu0)
+        wall0 = time.monotonic()
+        previous = wall0
+        while time.monotonic() - wall0 < args.seconds:
+            time.sleep(1.0)
+            now = time.monotonic()
+            for name, proc in procs.items():
+                cpu = sum(proc.cpu_times()[:2])
+                readings[name].append(100.0 * (cpu - last[name]) / (now - previous))
+                last[name] = cpu
+            previous = now
+        wall = time.monotonic() - wall0
+        return {name: {"mean": 100.0 * (last[name] - cpu0[name]) / wall,
+                       "median": statistics.median(readings[name]),
+                       "rss": proc.memory_info().rss / 2**20,
+                       "threads": float(proc.num_threads())}
+                for name, proc in procs.items()}
+    finally:
+        if keep:
+            panes.extend(mine)
+        else:
+            for pane in mine:
+                pane.close()
+
+
 RESIZES = ((80, 24), (200, 60), (120, 40), (160, 50))
 
 
@@ -170,6 +232,8 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--processes", type=int, default=300,
                         help="start sleeping processes until the host has this many")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="side-by-side runs of --seconds each (ratios: min/median/max)")
     parser.add_argument("--starts", type=int, default=3,
                         help="starts of each monitor timed to the first frame")
     parser.add_argument("--resizes", type=int, default=3,
@@ -184,6 +248,7 @@ def main() -> int:
         print("bench_tui: needs nvitop: pip install -e '.[bench]'", file=sys.stderr)
         return 2
     width, height = (int(x) for x in args.size.split("x"))
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     # A warm start, as after the first run: gputop's modules compiled (an environment with
     # PYTHONDONTWRITEBYTECODE would otherwise compile them on every start; nvitop's were
     # compiled when pip installed it).
@@ -211,41 +276,21 @@ def main() -> int:
                 for name in ("gputop", "nvitop"):
                     starts[name].append(first_frame(width, height, env, name, cmd[name], pids))
 
-            # Side by side: both draw at the same time on the same machine.
-            procs: dict[str, psutil.Process] = {}
-            for name in ("gputop", "nvitop"):
-                pane_env = dict(env, GPUTOP_FRAME_LOG=str(frame_log)) if name == "gputop" \
-                    else env
-                pane = Pane(width, height, pane_env)
-                panes.append(pane)
-                pane.type(cmd[name])
-            deadline = time.monotonic() + TIMEOUT_S
-            for name, pane in zip(("gputop", "nvitop"), panes):
-                while not shows_gpus_and_processes(name, pane.screen(), pids):
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"bench_tui: {name} shows no frame")
-                    time.sleep(0.05)
-                procs[name] = pane.program()
-            time.sleep(args.warmup)
-            frames_before = (len(frame_log.read_text().splitlines()) if frame_log.exists()
-                             else 0)
-            readings: dict[str, list[float]] = {name: [] for name in procs}
-            cpu0 = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
-            last = dict(cpu0)
-            wall0 = time.monotonic()
-            previous = wall0
-            while time.monotonic() - wall0 < args.seconds:
-                time.sleep(1.0)
-                now = time.monotonic()
-                for name, proc in procs.items():
-                    cpu = sum(proc.cpu_times()[:2])
-                    readings[name].append(100.0 * (cpu - last[name]) / (now - previous))
-                    last[name] = cpu
-                previous = now
-            wall = time.monotonic() - wall0
-            mean = {name: 100.0 * (last[name] - cpu0[name]) / wall for name in procs}
-            threads = {name: p.num_threads() for name, p in procs.items()}
-            resizes = resize_latency(panes[0], args.resizes)
+            # Side by side: both draw at the same time on the same machine, --runs times.
+            runs: list[dict[str, dict[str, float]]] = []
+            frames_before = 0
+            for run in range(args.runs):
+                last_run = run == args.runs - 1
+                if last_run:
+                    frames_before = (len(frame_log.read_text().splitlines())
+                                     if frame_log.exists() else 0)
+                runs.append(side_by_side(args, width, height, env, cmd, pids, frame_log,
+                                         panes, keep=last_run))
+                print(f"run {run + 1}: " + "; ".join(
+                    f"{name} CPU mean {r['mean']:.2f} % (median {r['median']:.2f}), RSS "
+                    f"{r['rss']:.1f} MiB, {r['threads']:.0f} threads"
+                    for name, r in runs[-1].items()), flush=True)
+            resizes = resize_latency(panes[0], args.resizes) if panes else []  # gputop's
         finally:
             for pane in panes:
                 pane.close()
@@ -256,18 +301,35 @@ def main() -> int:
 
     lines = frame_log.read_text().splitlines()[frames_before:] if frame_log.exists() else []
     shutil.rmtree(frame_log.parent, ignore_errors=True)
-    median = {name: statistics.median(values) for name, values in readings.items()}
-    print(f"tour (8 simulated GPUs), --interval {args.interval:g}, tmux {width}x{height}, "
-          f"host processes: {host_processes}; charts and live diagnosis on")
-    for name in ("gputop", "nvitop"):
-        s = starts[name]
-        print(f"  {name}: first frame median {statistics.median(s):.2f} s, worst {max(s):.2f} s "
-              f"({len(s)} starts); CPU over {wall:.0f} s after {args.warmup:g} s warm-up: "
-              f"mean {mean[name]:.2f} %, median {median[name]:.2f} % of one core "
-              f"({threads[name]} threads)")
-    print(f"gputop/nvitop CPU ratio: mean {mean['gputop'] / mean['nvitop']:.2f}, median "
-          f"{median['gputop'] / median['nvitop']:.2f} (goal <= 1.00); first frame "
-          f"{statistics.median(starts['gputop']):.2f} s (goal <= 1.00 s)")
+    g = {key: [r["gputop"][key] for r in runs] for key in ("mean", "median", "rss", "threads")}
+    n = {key: [r["nvitop"][key] for r in runs] for key in ("mean", "median", "rss", "threads")}
+    first_ratios = [a / b for a, b in zip(starts["gputop"], starts["nvitop"])]
+    print(f"tour ({len(scenario.gpus)} simulated GPUs), --interval {args.interval:g}, "
+          f"tmux {width}x{height}, host processes: {host_processes}; charts and live diagnosis on; {args.runs} runs "
+          f"of {args.seconds:g} s after {args.warmup:g} s warm-up; load average before "
+          f"{load_before}, after {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)")
+    print("| figure (min / median / max) | gputop | nvitop | gputop/nvitop | goal (median) |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, a, b, ratios, goal in (
+            ("CPU, mean % of one core", g["mean"], n["mean"],
+             [x / y for x, y in zip(g["mean"], n["mean"])], 1.0),
+            (f"RSS after {args.warmup + args.seconds:g} s, MiB", g["rss"], n["rss"],
+             [x / y for x, y in zip(g["rss"], n["rss"])], 1.5),
+            (f"first frame, s ({len(first_ratios)} pairs)", starts["gputop"], starts["nvitop"],
+             first_ratios, 1.2)):
+        verdict = "met" if statistics.median(ratios) <= goal else "NOT met"
+        print(f"| {label} | {spread(a)} | {spread(b)} | {spread(ratios)} | <= {goal:.2f}: "
+              f"{verdict} |")
+    print(f"| threads | {spread(g['threads'], '{:.0f}')} | {spread(n['threads'], '{:.0f}')} | "
+          f"| |")
+    print(f"median ratios gputop/nvitop: CPU "
+          f"{statistics.median(x / y for x, y in zip(g['mean'], n['mean'])):.2f}, RSS "
+          f"{statistics.median(x / y for x, y in zip(g['rss'], n['rss'])):.2f}, first frame "
+          f"{statistics.median(first_ratios):.2f}")
+    print(f"CPU per 1 s tick (median run): gputop {statistics.median(g['mean']) * 10:.1f} ms, "
+          f"nvitop {statistics.median(n['mean']) * 10:.1f} ms; the median of 1 s readings "
+          f"(10 ms kernel ticks): gputop {spread(g['median'])} %, nvitop {spread(n['median'])} %")
     if lines:
         handler = [float(line.split()[0]) for line in lines]
         handler_cpu = [float(line.split()[1]) for line in lines]
@@ -277,8 +339,6 @@ def main() -> int:
               f"median {statistics.median(handler_cpu):.2f} ms (p95 "
               f"{percentile(handler_cpu, 0.95):.2f}); until painted median "
               f"{statistics.median(painted):.2f} ms (p95 {percentile(painted, 0.95):.2f})")
-    print(f"CPU per 1 s tick: gputop {mean['gputop'] * 10:.1f} ms, nvitop "
-          f"{mean['nvitop'] * 10:.1f} ms")
     if resizes:
         print(f"gputop resize to a laid-out screen (80x24, 200x60, 120x40, 160x50; "
               f"{len(resizes)} resizes, tmux polled every 5 ms): median "

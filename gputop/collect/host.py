@@ -127,6 +127,7 @@ class HostCollector:
     CHILDREN_REFRESH_S = 10.0
     CHILDREN_SCAN_ONLY_S = 2.0
     SLOW_TICKS = 5
+    COUNT_FRESH_S = 5.0  # a workers' scan this recent gives the process count too
 
     def __init__(self, lifetime_first: bool = False) -> None:
         self.hostname = socket.gethostname()
@@ -190,10 +191,15 @@ class HostCollector:
         # every SLOW_TICKS ticks, as the GPUs' slow fields.
         if self._slow is None or self._ticks % self.SLOW_TICKS == 0:
             swap = psutil.swap_memory()
-            try:
-                process_count: int | None = len(psutil.pids())
-            except OSError:
-                process_count = None
+            process_count: int | None
+            if self._known and time.monotonic() - self._children_at < self.COUNT_FRESH_S:
+                # The workers' scan listed every process a moment ago: one /proc pass, shared.
+                process_count = len(self._known)
+            else:
+                try:
+                    process_count = len(psutil.pids())
+                except OSError:
+                    process_count = None
             self._slow = (swap.used, swap.total, process_count)
         self._ticks += 1
         swap_used, swap_total, process_count = self._slow

@@ -45,6 +45,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
 
 
+def one_blas_thread() -> None:
+    """numpy's OpenBLAS starts a thread per core when numpy is imported (15 more threads, and
+    their buffers, on a 16-core GPU node); the monitor's numpy work is tiny ring buffers and
+    window fits that one thread does at the same cost. Set before numpy loads (after the
+    first frame); a value the user set is kept."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def run(args: argparse.Namespace) -> int:
     from gputop.commands.fleet import fleet_requested, run_fleet_top
     from gputop.promfleet.options import prometheus_requested
@@ -68,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     # interface allocates ~100 000 objects, and the collector walked them over and over on
     # the way, ~10 % of the CPU to the first frame.
     gc.disable()
+    one_blas_thread()
     # The driver opens (and a demo starts) while the interface is imported and built.
     early = EarlySampler(args.demo, args.gpus, args.seed).start()
     from gputop.tui.app import GputopApp

@@ -66,7 +66,7 @@ class EarlySampler:
             # as they are forked.
             with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0,
                               on_standin_failure=self._note) as sampler:
-                first = sampler.sample()
+                first = first_sample(sampler)
                 self._attached.wait()
                 feed = self._feed
                 if feed is not None and not feed.stopped:
@@ -75,3 +75,15 @@ class EarlySampler:
             self.error = f"{type(exc).__name__}: {exc}"
             if self._failed is not None and self._feed is not None and not self._feed.stopped:
                 self._failed(self.error)
+
+
+def first_sample(sampler):
+    """The first frame's sample, without the agents' status: asking every agent socket on the
+    host costs a few ms each (up to the probe's 0.5 s deadline when one is slow to answer), and
+    the first screen is the GPUs and their processes; the agents' columns come with the next
+    tick (issue 40: the first frame sooner)."""
+    probe, sampler.agent_probe = sampler.agent_probe, None
+    try:
+        return sampler.sample()
+    finally:
+        sampler.agent_probe = probe

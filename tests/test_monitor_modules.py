@@ -1,0 +1,147 @@
+"""The monitor loads only what it uses (issue 40): `gputop top` at its first frame and `gputop
+--demo tour snapshot` never load pandas, pyarrow, numpy (top: not before the first frame),
+msgspec, torch, the trace engine, the recording store or the training-side agent.
+
+Checked on the real app in a fresh interpreter: `gputop top`'s start (the early sampler, then
+the App) under Textual's Pilot, and the modules listed at the moment the app tells the sampler
+that the first frame is on screen; `snapshot` under `python -X importtime`, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPO, SLOW, cli_env
+
+# `gputop top`'s start as commands/top.py makes it; the modules are listed when the app sets
+# feed.first_shown (after the first frame is painted; the sampler waits on it before it
+# records the first sample, which brings the history and numpy in).
+TOP_PROBE = """
+import asyncio, gc, json, sys, threading
+from gputop.tui.early_start import EarlySampler
+
+gc.disable()
+early = EarlySampler("tour", None, 0).start()
+from gputop.tui.app import GputopApp
+
+app = GputopApp(demo="tour", gpus=None, interval=1.0, seed=0, auto_capture=False, early=early)
+at_first_frame = []
+
+
+class Noted(threading.Event):
+    def set(self):
+        if not at_first_frame:
+            at_first_frame.append(sorted(sys.modules))
+        super().set()
+
+
+app.feed.first_shown = Noted()
+
+
+async def main():
+    async with app.run_test(size=(160, 50)) as pilot:
+        for _ in range(1200):
+            if at_first_frame:
+                break
+            await pilot.pause(0.05)
+        print(json.dumps({"modules": at_first_frame[0] if at_first_frame else None,
+                          "frames": app.frames_rendered, "gpus": list(app.gpu_indices)}))
+
+
+asyncio.run(main())
+early.stop()
+"""
+
+# Third-party packages the monitor needs for its first frame (top-level names).
+ALLOWED_THIRD_PARTY = {
+    "textual", "rich", "psutil", "pynvml", "platformdirs", "typing_extensions",
+    "markdown_it", "mdit_py_plugins", "mdurl", "pygments", "linkify_it", "uc_micro",
+}
+# gputop's parts on the monitor's path: sampling, live rules, the simulated driver of a demo,
+# the agents' client side, the TUI. Anything else (the training-side agent, the trace engine,
+# recording, capture, memory reports, stacks, fleet, exporter) loads when a feature asks.
+ALLOWED_GPUTOP = {
+    "gputop", "gputop.__main__", "gputop.cli", "gputop.commands", "gputop.commands.top",
+    "gputop.demo", "gputop.demo.attach", "gputop.demo.standins", "gputop.diagnostics",
+    "gputop.diagnostics.findings", "gputop.diagnostics.next_steps",
+    "gputop.diagnostics.live_ranks", "gputop.diagnostics.mig_live", "gputop.protocol",
+    "gputop.efficiency", "gputop.errors", "gputop.format", "gputop.job_groups",
+    "gputop.mig_view", "gputop.model", "gputop.pcie", "gputop.peaks", "gputop.process_info",
+    "gputop.session",
+}
+# ... and these packages, whole.
+ALLOWED_GPUTOP_PACKAGES = ("gputop.collect", "gputop.sim", "gputop.diagnostics.live",
+                           "gputop.client", "gputop.tui")
+# Never on the monitor's way to its first frame, with why, for the failure message.
+HEAVY = {"pandas": "record/report", "pyarrow": "record/report", "numpy": "charts after frame 1",
+         "msgspec": "traces and recordings", "torch": "the training job",
+         "gputop.agent": "the training process", "gputop.recording": "record/report",
+         "gputop.diagnostics.trace": "the trace engine (capture, analyze)"}
+
+
+def allowed(name: str) -> bool:
+    top = name.split(".")[0]
+    if top == "gputop":
+        return name in ALLOWED_GPUTOP or any(name == p or name.startswith(p + ".")
+                                             for p in ALLOWED_GPUTOP_PACKAGES)
+    # The interpreter's own (and an editable install's finder, _sysconfigdata, ...).
+    return top in sys.stdlib_module_names or top.startswith("_") or top in ALLOWED_THIRD_PARTY
+
+
+def not_allowed(modules: list[str]) -> list[str]:
+    return sorted(m for m in modules if not allowed(m))
+
+
+def heavy(modules: list[str]) -> list[str]:
+    return sorted(m for m in modules for h in HEAVY if m == h or m.startswith(h + ".")
+                  or (h == "gputop.diagnostics.trace" and m.startswith(h)))
+
+
+def top_modules_at_first_frame() -> list[str]:
+    done = subprocess.run([sys.executable, "-c", TOP_PROBE], capture_output=True, text=True,
+                          env=cli_env(), cwd=REPO, timeout=SLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["modules"] is not None, f"no first frame: {result}"
+    assert result["frames"] >= 1 and len(result["gpus"]) >= 8  # the tour's GPUs drawn
+    return result["modules"]
+
+
+def test_top_loads_only_allowed_modules_at_its_first_frame():
+    modules = top_modules_at_first_frame()
+    assert "textual.app" in modules and "gputop.tui.app" in modules  # it is the real app
+    assert "gputop.collect.sampler" in modules
+    assert heavy(modules) == [], {m: HEAVY[next(h for h in HEAVY if m.startswith(h))]
+                                  for m in heavy(modules)}
+    assert not_allowed(modules) == []
+
+
+def test_snapshot_imports_no_pandas_pyarrow_torch_or_training_side_agent():
+    """Acceptance 2 as written: `python -X importtime -m gputop --demo tour snapshot`."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gputop", "--demo",
+                           "tour", "snapshot"], capture_output=True, text=True, env=cli_env(),
+                          cwd=REPO, timeout=SLOW)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "GPU" in done.stdout
+    imported = [m.group(1) for m in re.finditer(r"^import time:.*\|\s*(\S+)\s*$", done.stderr,
+                                                re.M)]
+    assert "gputop.collect.sampler" in imported
+    loaded = [m for m in imported if m.split(".")[0] in ("pandas", "pyarrow", "torch", "numpy",
+                                                           "msgspec")
+              or m == "gputop.agent" or m.startswith("gputop.agent.")
+              or m.startswith("gputop.diagnostics.trace") or m.startswith("gputop.recording")]
+    assert loaded == []
+
+
+def test_the_checks_would_see_a_heavy_or_unlisted_module():
+    """The checks above can fail: what pandas, the agent or an unlisted package would add."""
+    assert heavy(["pandas.core.frame", "gputop.agent.profiling", "gputop.diagnostics.trace_load",
+                  "gputop.tui.app"]) == ["gputop.agent.profiling",
+                                          "gputop.diagnostics.trace_load", "pandas.core.frame"]
+    assert not_allowed(["json", "textual.app", "requests", "gputop.recording.store",
+                        "gputop.collect.nvml", "gputop.demo.train", "gputop.capture.service",
+                        "_distutils_hack"]) == [
+        "gputop.capture.service", "gputop.demo.train", "gputop.recording.store", "requests"]
