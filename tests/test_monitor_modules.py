@@ -70,7 +70,8 @@ ALLOWED_GPUTOP = {
     "gputop.diagnostics.live_ranks", "gputop.diagnostics.mig_live", "gputop.protocol",
     "gputop.efficiency", "gputop.errors", "gputop.format", "gputop.job_groups",
     "gputop.mig_view", "gputop.model", "gputop.pcie", "gputop.peaks", "gputop.process_info",
-    "gputop.session",
+    "gputop.session", "gputop.agent_status", "gputop.boards", "gputop.compile_health",
+    "gputop.pidns", "gputop.validate",
 }
 # ... and these packages, whole.
 ALLOWED_GPUTOP_PACKAGES = ("gputop.collect", "gputop.sim", "gputop.diagnostics.live",
