@@ -67,7 +67,7 @@ ALLOWED_GPUTOP = {
     "gputop", "gputop.__main__", "gputop.cli", "gputop.commands", "gputop.commands.top",
     "gputop.demo", "gputop.demo.attach", "gputop.demo.standins", "gputop.diagnostics",
     "gputop.diagnostics.findings", "gputop.diagnostics.next_steps",
-    "gputop.diagnostics.live_ranks", "gputop.diagnostics.mig_live", "gputop.protocol",
+    "gputop.protocol",
     "gputop.efficiency", "gputop.errors", "gputop.format", "gputop.job_groups",
     "gputop.mig_view", "gputop.model", "gputop.pcie", "gputop.peaks", "gputop.process_info",
     "gputop.session", "gputop.agent_status", "gputop.boards", "gputop.compile_health",
