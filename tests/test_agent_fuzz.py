@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import socket
 
 import pytest
@@ -16,9 +14,8 @@ from gputop.client import agents as client
 from tests.conftest import SLOW
 from tests.scripts.agent_testkit import (
     ANSWER_S,
-    agent_env,
     gputop_run,
-    private_runtime_dir,
+    private_agent_world,
     running,
     train_cmd,
     wait_for_more_steps,
@@ -138,21 +135,12 @@ def random_message(rng: random.Random) -> bytes:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    runtime = private_runtime_dir()
     captures = tmp_path_factory.mktemp("captures")
-    saved = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-    proc = gputop_run(train_cmd("--steps", "0", "--item-ms", "2"), agent_env(runtime, captures))
-    try:
+    with private_agent_world(captures) as (env, _runtime):
+        proc = gputop_run(train_cmd("--steps", "0", "--item-ms", "2"), env)
         with running(proc):
             wait_for_steps(proc.pid, steps=2)
             yield proc
-    finally:
-        if saved is None:
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = saved
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def exchange(path: str, lines: list[bytes]) -> list[dict]:
