@@ -177,3 +177,16 @@ def test_every_file_named_in_code_exists():
             if not (REPO / path).exists():
                 missing.append(f"{page.relative_to(REPO)}: {path}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """`mkdocs build --strict`: every page in the nav, every link inside the site resolved."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mkdocs", reason="mkdocs-material is in the test extra")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                           "-d", str(tmp_path / "site")], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "site" / "index.html").exists()
