@@ -21,6 +21,7 @@ from tests.scripts.agent_testkit import agent_env, private_runtime_dir, wait_for
 def env(tmp_path, monkeypatch):
     runtime = private_runtime_dir()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("GPUTOP_SOCKET_DIR", str(runtime / "gputop"))  # where its agent listens
     yield agent_env(runtime, tmp_path / "captures")
     shutil.rmtree(runtime, ignore_errors=True)
 

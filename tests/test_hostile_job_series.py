@@ -31,6 +31,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def unscoped(monkeypatch):
+    """Another user's agent listens in that user's directory, which root finds by the default
+    discovery, not in the tests' own scope ($GPUTOP_SOCKET_DIR, conftest): the victim's job and
+    the exporter use it too. Foreign agents on the host only add series of their own."""
+    monkeypatch.delenv("GPUTOP_SOCKET_DIR")
+
+
 @pytest.fixture
 def absurd_agent():
     """A process of uid 65534 whose agent socket answers `status` with absurd values."""

@@ -150,7 +150,7 @@ def test_p_in_the_live_monitor_captures_the_namespaced_job(ns_job, monkeypatch):
     from tests.tui_data import screen_text
 
     host, env = ns_job
-    for key in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR", "XDG_STATE_HOME"):
+    for key in ("XDG_RUNTIME_DIR", "GPUTOP_CAPTURE_DIR", "XDG_STATE_HOME", "GPUTOP_SOCKET_DIR"):
         monkeypatch.setenv(key, env[key])
     monkeypatch.setenv("GPUTOP_DEMO_PIDS", f"0:{host}")
 

@@ -96,7 +96,8 @@ def test_demo_list_names_every_scenario():
 
     result = run_cli("--demo", "list")
     assert result.returncode == 0
-    assert [line.split()[0] for line in result.stdout.splitlines()] == list(SCENARIOS)
+    # Every node scenario, then `fleet` (simulated nodes on the fleet screen, not a node's).
+    assert [line.split()[0] for line in result.stdout.splitlines()] == [*SCENARIOS, "fleet"]
 
 
 def test_table_shows_gpus_and_worker_rows():

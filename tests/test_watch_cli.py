@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -37,10 +38,14 @@ class Watch:
     """A `gputop watch --json` process whose lines are collected as they arrive."""
 
     def __init__(self, scenario: str, duration: float | None) -> None:
+        # Each scenario's agents in a scope of their own: the watches run at the same time, and
+        # one demo's trainer (an agent on no simulated GPU of another) is not another's finding.
+        scope = tempfile.mkdtemp(prefix=f"gputop-watch-{scenario}-")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gputop", "--demo", scenario, "watch", "--json",
              *(["--duration", str(duration)] if duration is not None else [])],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(GPUTOP_SOCKET_DIR=scope),
+            cwd=REPO,
         )
         self.events: list[dict] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
