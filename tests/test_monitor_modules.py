@@ -20,12 +20,16 @@ from tests.conftest import REPO, SLOW, cli_env
 # feed.first_shown (after the first frame is painted; the sampler waits on it before it
 # records the first sample, which brings the history and numpy in).
 TOP_PROBE = """
-import asyncio, gc, json, sys, threading
+import gc, json, sys, threading
 from gputop.tui.early_start import EarlySampler
 
 gc.disable()
 early = EarlySampler("tour", None, 0).start()
-from gputop.tui.app import GputopApp
+from gputop.commands.top import _without_tls
+
+with _without_tls():
+    from gputop.tui.app import GputopApp
+import asyncio
 
 app = GputopApp(demo="tour", gpus=None, interval=1.0, seed=0, auto_capture=False, early=early)
 at_first_frame = []
@@ -118,6 +122,20 @@ def test_top_loads_only_allowed_modules_at_its_first_frame():
     assert heavy(modules) == [], {m: HEAVY[next(h for h in HEAVY if m.startswith(h))]
                                   for m in heavy(modules)}
     assert not_allowed(modules) == []
+    assert "ssl" not in modules and "_ssl" not in modules  # asyncio's TLS: libcrypto, ~3 MiB
+
+
+def test_the_monitor_without_tls_still_lets_tls_load_later():
+    """asyncio takes the blocked ssl as "no TLS"; a later `import ssl` (an https request of a
+    feature) loads it as usual."""
+    code = ("import sys\nfrom gputop.commands.top import _without_tls\n"
+            "with _without_tls():\n    import asyncio, textual.app\n"
+            "assert 'ssl' not in sys.modules and asyncio.base_events.ssl is None\n"
+            "import ssl\nprint(ssl.OPENSSL_VERSION.split()[0])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=cli_env(), cwd=REPO, timeout=SLOW)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "OpenSSL"
 
 
 def test_snapshot_imports_no_pandas_pyarrow_torch_or_training_side_agent():
