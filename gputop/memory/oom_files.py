@@ -13,9 +13,13 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gputop.memory.report import MemoryReport, ReportError, read_report
+from gputop.memory.report_error import ReportError
 from gputop.protocol import AgentError, default_capture_dir, socket_dir
+
+if TYPE_CHECKING:
+    from gputop.memory.report import MemoryReport
 
 MAX_POINTER = 4096
 _REPORT_NAME = re.compile(r"^[^/]*_([1-9][0-9]{0,9})\.([0-9]{1,16})\.oom\.json$")
@@ -88,6 +92,10 @@ def last_oom_of(pid: int) -> tuple[str, MemoryReport] | None:
     owners = _owners(pid)
     pointed = _pointer(pid)
     paths = ([pointed] if pointed is not None else []) + _candidates(default_capture_dir(), pid)
+    if not paths:
+        return None  # the usual case (a process that ended well): the reader is not loaded
+    from gputop.memory.report import read_report  # msgspec: only with a report to read
+
     for path in paths:
         try:
             report = read_report(path, owners=owners)
@@ -126,4 +134,6 @@ def read_last_oom(target: str) -> tuple[str, MemoryReport]:
         if found is None:  # it changed since: the same answer as no report at all
             raise ReportError(f"no out-of-memory report for pid {text} any more ({path})")
         return found
+    from gputop.memory.report import read_report
+
     return text, read_report(text)

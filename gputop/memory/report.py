@@ -18,6 +18,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from gputop.memory.report_error import ReportError  # noqa: F401  (raised and caught by callers)
+
 MAX_REPORT_BYTES = 1 << 20
 FORMAT = "gputop-memory"
 
@@ -26,10 +28,6 @@ Text = Annotated[str, msgspec.Meta(max_length=2000)]
 Bytes = Annotated[int, msgspec.Meta(ge=0, le=1 << 62)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=1 << 53)]
 Device = Annotated[str, msgspec.Meta(pattern=r"^(cpu|cuda(:[0-9]{1,3})?)$")]
-
-
-class ReportError(Exception):
-    """The report cannot be read; the message is one line, for the user."""
 
 
 class Place(msgspec.Struct, frozen=True, kw_only=True):
