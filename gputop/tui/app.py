@@ -133,6 +133,7 @@ class GputopApp(CaptureKeys, App[int]):
         # Every capture (p, m, F, M, --auto-capture) runs in the controller beside the App.
         self.capture = CaptureController(auto_capture=auto_capture, timeout=capture_timeout,
                                          live=isinstance(self.feed, SamplerFeed))
+        self._early_drawn: Snapshot | None = None  # the early sample, drawn at mount
         self._findings_shown: tuple | None = None
         self._findings_layout: tuple = (0, 0, False)
         self._layout_key: tuple | None = None
@@ -311,8 +312,9 @@ class GputopApp(CaptureKeys, App[int]):
         if frame.seq < self.feed.latest_seq:
             self.frames_dropped += 1  # a newer frame is on its way
             return
-        if self.frame is not None and frame.snapshot is self.frame.snapshot:
-            # The early sample, drawn already at mount (_show_early_sample).
+        if self._early_drawn is not None and frame.snapshot is self._early_drawn:
+            # The early sample's own frame: drawn already at mount (_show_early_sample).
+            self._early_drawn = None
             if isinstance(self.feed, SamplerFeed):
                 self.call_after_refresh(self.feed.first_shown.set)
             return
@@ -324,6 +326,7 @@ class GputopApp(CaptureKeys, App[int]):
         feed, arrives after that paint and is not drawn twice)."""
         first = getattr(self.early, "first", None)
         if first is not None and isinstance(self.feed, SamplerFeed):
+            self._early_drawn = first
             self._show_frame(first_frame(first, self.feed.window, 0))
 
     def _show_frame(self, frame: Frame) -> None:

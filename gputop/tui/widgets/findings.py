@@ -206,6 +206,7 @@ class FindingsView(ScrollView, can_focus=True):
         self._strips: dict[int, Strip] = {}
         self._styles: dict[str | None, Style] | None = None
         self._key: tuple | None = None
+        self._same: tuple | None = None  # the findings, selection and width last laid out
 
     def update_findings(self, findings: Sequence, notes: Mapping[tuple, str] | None = None
                         ) -> None:
@@ -282,8 +283,16 @@ class FindingsView(ScrollView, can_focus=True):
         lines, _ = findings_lines(self.findings, self.notes, self.selected, width)
         self._strips = {}
         grown = len(lines) != len(self.lines)
-        if grown:
-            self.virtual_size = Size(width, len(lines))
+        # A new virtual size lays the whole screen out again (~5 ms): while the same findings
+        # stay selected at the same width, new numbers that wrap to a line fewer keep the
+        # height (a blank line at the end) instead of shrinking it back and forth.
+        same = (tuple(finding_key(f) for f in self.findings), self.selected, width)
+        height = len(lines)
+        if same == self._same and height < self.virtual_size.height:
+            height = self.virtual_size.height
+        self._same = same
+        if Size(width, height) != self.virtual_size:
+            self.virtual_size = Size(width, height)
         self.lines = lines
         if grown:  # a finding raised or cleared, or the detail rewrapped: keep it in view
             self.show_selected()
