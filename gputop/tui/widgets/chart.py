@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from operator import getitem, truediv
 from typing import Any
 
 from rich.cells import cell_len
@@ -44,20 +45,21 @@ def _floats(values: Any) -> Sequence[float]:
 
 class _Binning:
     """Where samples at times ``t`` fall among ``bins`` bins over [start, end]: found once for
-    times that several series share (the fields of every GPU, recorded together)."""
+    times that several series share (the fields of every GPU, recorded together), and kept
+    for the next call over the same times and span (``binning``)."""
 
-    __slots__ = ("bins", "span", "lo", "hi", "take", "idx", "runs", "times", "reach")
+    __slots__ = ("key", "source", "bins", "span", "lo", "hi", "take", "idx", "runs", "slices",
+                 "lengths", "run_bins", "times", "reach", "spread")
 
-    def __init__(self, t: Any, start: float, end: float, bins: int) -> None:
-        t = _floats(t)
+    def __init__(self, t: list[float], start: float, end: float, bins: int) -> None:
+        self.key, self.source = (start, end, bins), t
         self.bins, self.span = bins, end - start
-        n = len(t)
-        in_order = all(a <= b for a, b in zip(t, t[1:])) if n > 1 else True
+        in_order = t == sorted(t)  # always, from the history: one C pass
         if in_order:
             lo = bisect_left(t, start)
             hi = max(lo, bisect_right(t, end))
             self.lo, self.hi, self.take = lo, hi, None
-            times = list(t[lo:hi])
+            times = t[lo:hi]
         else:  # never from the history; kept correct anyway
             self.take = [i for i, x in enumerate(t) if start <= x <= end]
             self.lo = self.hi = 0
@@ -65,17 +67,25 @@ class _Binning:
         self.times = times
         span, last = self.span, bins - 1
         self.idx = idx = [min(int((x - start) / span * bins), last) for x in times]
-        # Runs of samples in one bin (bin, first, past-last), when the bins are in order.
+        # Runs of samples in one bin (bins in order): a series' bin means are then sums of
+        # slices, in C, in the order numpy's bincount added them.
         self.runs: list[tuple[int, int, int]] | None = None
+        self.slices: list[slice] = []
+        self.lengths: list[int] = []
+        self.run_bins: list[int] = []
         if in_order and idx:
-            runs, first = [], 0
-            for i in range(1, len(idx)):
-                if idx[i] != idx[i - 1]:
-                    runs.append((idx[first], first, i))
-                    first = i
-            runs.append((idx[first], first, len(idx)))
+            runs, first, n = [], 0, len(idx)
+            while first < n:
+                b = idx[first]
+                past = bisect_right(idx, b, first)
+                runs.append((b, first, past))
+                first = past
             self.runs = runs
+            self.slices = [slice(a, z) for _, a, z in runs]
+            self.lengths = [z - a for _, a, z in runs]
+            self.run_bins = [b for b, _, _ in runs]
         self.reach = self._reach(times)
+        self.spread: list[int] | None = None
 
     def _reach(self, times: Sequence[float]) -> int:
         """How many bins a hole may span and still take the value before it: the typical
@@ -85,47 +95,73 @@ class _Binning:
         spacing = _median([b - a for a, b in zip(times, times[1:])]) / self.span * self.bins
         return math.ceil(spacing)
 
-    def cut(self, v: Any) -> Sequence[float]:
+    def cut(self, v: Any) -> list[float]:
         v = _floats(v)
         return v[self.lo:self.hi] if self.take is None else [v[i] for i in self.take]
 
-    def means(self, v: Sequence[float]) -> tuple[list[float], list[int], int]:
-        """Mean per bin of ``v`` (cut to the span), NaN where a bin has no sample; the
-        samples per bin; the bin of the last sample (-1: none)."""
-        bins = self.bins
-        out = [_NAN] * bins
-        counts = [0] * bins
+    def filled(self, v: list[float]) -> tuple[list[int], list[float]]:
+        """The bins that hold a sample of ``v`` (cut to the span), in order, and their means."""
         total = sum(v)
-        if self.runs is not None and total == total:  # in order and no NaN: a sum per run
-            for b, a, z in self.runs:
-                out[b] = sum(v[a:z]) / (z - a)
-                counts[b] = z - a
-            return out, counts, self.idx[-1]
-        sums = [0.0] * bins
-        last = -1
+        if self.runs is not None and total == total:  # in order, no NaN: a sum per run
+            return self.run_bins, list(map(truediv, map(sum, map(v.__getitem__, self.slices)),
+                                           self.lengths))
+        sums = [0.0] * self.bins
+        counts = [0] * self.bins
         for b, x in zip(self.idx, v):
             if x == x:
                 sums[b] += x
                 counts[b] += 1
-                if b > last:
-                    last = b
-        for b in range(bins):
-            if counts[b]:
-                out[b] = sums[b] / counts[b]
-        return out, counts, last
+        bins = [b for b in range(self.bins) if counts[b]]
+        return bins, [sums[b] / counts[b] for b in bins]
 
 
-def _fill_holes(out: list[float], counts: list[int], reach: int, last_sample: int) -> None:
-    """A bin narrower than the sampling interval would leave a comb of holes: a hole shorter
-    than the typical spacing of the samples takes the value before it."""
-    if reach <= 1:
-        return
-    last = -1
-    for p in range(min(len(out), last_sample)):
-        if counts[p]:
-            last = p
-        elif last >= 0 and p - last < reach:
-            out[p] = out[last]
+# The last binning made: the next chart over the same times and span reuses it (the fields of
+# a GPU, each cut into arrays of its own, and the sparklines of the compact rows).
+_last: list[_Binning] = []
+
+
+def binning(t: Any, start: float, end: float, bins: int) -> _Binning:
+    times = _floats(t)
+    if not isinstance(times, list):
+        times = list(times)
+    if _last:
+        cached = _last[0]
+        if cached.key == (start, end, bins) and cached.source == times:  # one C compare
+            return cached
+    made = _Binning(times, start, end, bins)
+    _last[:] = [made]
+    return made
+
+
+def _spread(bins: int, filled: list[int], reach: int) -> list[int]:
+    """For each bin, the index in ``filled`` (the bins holding a sample, in order) of the value
+    it shows, -1 for none: its own, or, for a hole shorter than ``reach`` bins before the last
+    sample, the one before it (a bin narrower than the sampling interval would otherwise
+    leave a comb of holes)."""
+    src = [-1] * bins
+    if not filled:
+        return src
+    last_sample = filled[-1]
+    for j, (b, following) in enumerate(zip(filled, filled[1:] + [bins])):
+        src[b] = j
+        if reach > 1:
+            stop = min(b + reach, following, last_sample)
+            if stop > b + 1:
+                src[b + 1:stop] = [j] * (stop - b - 1)
+    return src
+
+
+def _filled_out(made: _Binning, filled: list[int], values: list, reach: int,
+                empty: Any) -> list:
+    """``values`` of the ``filled`` bins spread over the bins (``_spread``), ``empty``
+    elsewhere. The spread of a series without a missing value is its times': made once."""
+    if filled is made.run_bins and reach == made.reach:
+        if made.spread is None:
+            made.spread = _spread(made.bins, filled, reach)
+        src = made.spread
+    else:
+        src = _spread(made.bins, filled, reach)
+    return list(map([*values, empty].__getitem__, src))  # -1: the last, ``empty``
 
 
 def resample(t: Any, v: Any, start: float, end: float, bins: int) -> list[float]:
@@ -136,32 +172,19 @@ def resample(t: Any, v: Any, start: float, end: float, bins: int) -> list[float]
     """
     if bins <= 0 or end <= start or len(t) == 0:
         return [_NAN] * max(bins, 0)
-    binning = _Binning(t, start, end, bins)
-    return _resampled(binning, binning.cut(v))
-
-
-def _resampled(binning: _Binning, v: Sequence[float]) -> list[float]:
-    out, counts, last_sample = binning.means(v)
-    if last_sample < 0:
-        return out
-    reach = binning.reach
+    made = binning(t, start, end, bins)
+    v = made.cut(v)
+    filled, means = made.filled(v)
+    reach = made.reach
     if any(x != x for x in v):  # the spacing of the samples that have a value
-        reach = binning._reach([x for x, y in zip(binning.times, v) if y == y])
-    _fill_holes(out, counts, reach, last_sample)
-    return out
+        reach = made._reach([x for x, y in zip(made.times, v) if y == y])
+    return _filled_out(made, filled, means, reach, _NAN)
 
 
 def _levels(values: Sequence[float], vmax: float, steps: int) -> list[int]:
     """Values to 0..steps; -1 where there is no data; any sample shows at least one step."""
-    out = []
-    for x in values:
-        if x != x:
-            out.append(-1)
-            continue
-        r = x / vmax
-        level = round((0.0 if r < 0.0 else 1.0 if r > 1.0 else r) * steps)
-        out.append(level if level else 1)
-    return out
+    return [-1 if x != x else (round((0.0 if r < 0.0 else 1.0 if r > 1.0 else r) * steps) or 1)
+            for x in values for r in (x / vmax,)]
 
 
 def braille_lines(values: Any, vmax: float, height: int) -> list[str]:
@@ -271,15 +294,16 @@ def chart_rows_many(t: Any, values: list[Any], start: float, end: float,
         return out  # type: ignore[return-value]
     bins = width * 2
     s, e = aligned(start, end, bins)
-    binning = _Binning(t, s, e, bins) if bins > 0 and e > s and len(t) else None
+    made = binning(t, s, e, bins) if bins > 0 and e > s and len(t) else None
     for i in rows:
-        if binning is None or not binning.times:
-            binned = [_NAN] * bins
-        else:
-            binned, counts, last_sample = binning.means(binning.cut(values[i]))
-            if last_sample >= 0:  # the spacing of all the times, valid or not
-                _fill_holes(binned, counts, binning.reach, last_sample)
-        out[i] = _braille_many([binned], [vmaxes[i]], heights[i])[0]
+        height = heights[i]
+        if made is None or not made.times:
+            levels = [-1] * bins
+        else:  # levels of the filled bins only; the holes copy them (the spacing of all times)
+            filled, means = made.filled(made.cut(values[i]))
+            levels = _filled_out(made, filled, _levels(means, vmaxes[i], height * 4),
+                                 made.reach, -1)
+        out[i] = _braille_levels(levels, height)
     return out  # type: ignore[return-value]
 
 
@@ -293,7 +317,7 @@ def _median(values: Any) -> float:
 
 
 # Per chart height: the column of characters (top first) of a cell whose left and right dot
-# columns reach levels a and b (-1..4h), at [a + 1][b + 1].
+# columns reach levels a and b, at [a][b]: 0..4h, and -1 (no data) as the last entry.
 _COLUMNS: dict[int, list[list[tuple[str, ...]]]] = {}
 
 
@@ -301,20 +325,23 @@ def _columns(height: int) -> list[list[tuple[str, ...]]]:
     table = _COLUMNS.get(height)
     if table is None:
         bases = [(height - 1 - row) * 4 for row in range(height)]
-        levels = range(-1, height * 4 + 1)
+        levels = [*range(height * 4 + 1), -1]
         table = _COLUMNS[height] = [
             [tuple(_CELLS[min(max(a - base, 0), 4) * 5 + min(max(b - base, 0), 4)]
                    for base in bases) for b in levels] for a in levels]
     return table
 
 
+def _braille_levels(levels: list[int], height: int) -> list[str]:
+    """Rows (top first) of an area chart of ``levels`` (0..4h, -1: no data; an even count)."""
+    if not levels:
+        return [""] * height
+    cells = map(getitem, map(_columns(height).__getitem__, levels[0::2]), levels[1::2])
+    return ["".join(row) for row in zip(*cells)]
+
+
 def _braille_many(binned: Any, vmaxes: list[float], height: int) -> list[list[str]]:
     """Rows (top first) of the area chart of each row of ``binned`` (an even number of bins,
-    vmax > 0), all of one height: each cell's column of characters from a table."""
-    table = _columns(height)
-    out = []
-    for values, vmax in zip(binned, vmaxes):
-        levels = _levels(_floats(values), vmax, height * 4)
-        cells = [table[a + 1][b + 1] for a, b in zip(levels[0::2], levels[1::2])]
-        out.append(["".join(row) for row in zip(*cells)] if cells else [""] * height)
-    return out
+    vmax > 0), all of one height."""
+    return [_braille_levels(_levels(_floats(values), vmax, height * 4), height)
+            for values, vmax in zip(binned, vmaxes)]
