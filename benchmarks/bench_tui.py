@@ -10,7 +10,9 @@ GPUTOP_DEMO_PIDS, so the two monitors show the same processes and neither starts
 
 It prints:
 - time to first frame: from the command line typed at a shell prompt to a screen that shows
-  the GPUs and their processes (--starts pairs, gputop then nvitop);
+  the GPUs and their processes (--starts pairs, gputop then nvitop); gputop's first frame is
+  the plain one it paints from its first sample while Textual loads, and the time to its full
+  interface is printed beside it;
 - for each of --runs runs, both monitors started side by side for --seconds after --warmup,
   each one's own process only (threads included): CPU as % of one core (mean: CPU time over
   wall time; and the median of 1 s readings), RSS and threads at the end;
@@ -108,8 +110,16 @@ def shows_gpus_and_processes(name: str, screen: str, pids: list[int]) -> bool:
     return gpus and any(f" {pid} " in screen for pid in pids)
 
 
+def interface_drawn(screen: str) -> bool:
+    """gputop's interface (Textual) on screen: its footer of keys under its GPU panel, past the
+    plain first frame (plain_frame.py) that shows the same GPUs and processes before it."""
+    return "q Quit" in screen and "loading the interface" not in screen and "A100" in screen
+
+
 def first_frame(width: int, height: int, env: dict[str, str], name: str, command: str,
-                pids: list[int]) -> float:
+                pids: list[int], interface: list[float] | None = None) -> float:
+    """Seconds to the first frame; for gputop, the seconds to its interface are appended to
+    ``interface``."""
     pane = Pane(width, height, env)
     try:
         deadline = time.monotonic() + TIMEOUT_S
@@ -122,7 +132,14 @@ def first_frame(width: int, height: int, env: dict[str, str], name: str, command
                 raise SystemExit(f"bench_tui: no first frame from: {command}\n"
                                  f"{pane.screen()}")
             time.sleep(0.01)
-        return time.monotonic() - started
+        first = time.monotonic() - started
+        while interface is not None and not interface_drawn(pane.screen()):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench_tui: no interface from: {command}\n{pane.screen()}")
+            time.sleep(0.01)
+        if interface is not None:
+            interface.append(time.monotonic() - started)
+        return first
     finally:
         pane.close()
 
@@ -272,9 +289,11 @@ def main() -> int:
                 fillers.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
             host_processes = len(psutil.pids())
             starts: dict[str, list[float]] = {"gputop": [], "nvitop": []}
+            interface: list[float] = []
             for _ in range(args.starts):
                 for name in ("gputop", "nvitop"):
-                    starts[name].append(first_frame(width, height, env, name, cmd[name], pids))
+                    starts[name].append(first_frame(width, height, env, name, cmd[name], pids,
+                                                    interface if name == "gputop" else None))
 
             # Side by side: both draw at the same time on the same machine, --runs times.
             runs: list[dict[str, dict[str, float]]] = []
@@ -323,6 +342,9 @@ def main() -> int:
               f"{verdict} |")
     print(f"| threads | {spread(g['threads'], '{:.0f}')} | {spread(n['threads'], '{:.0f}')} | "
           f"| |")
+    print(f"(gputop's first frame is its plain frame of the first sample; its interface, "
+          f"Textual, follows at {spread(interface)} s: "
+          f"{spread([a / b for a, b in zip(interface, starts['nvitop'])])} x nvitop's first frame)")
     print(f"median ratios gputop/nvitop: CPU "
           f"{statistics.median(x / y for x, y in zip(g['mean'], n['mean'])):.2f}, RSS "
           f"{statistics.median(x / y for x, y in zip(g['rss'], n['rss'])):.2f}, first frame "

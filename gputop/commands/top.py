@@ -78,12 +78,26 @@ def run(args: argparse.Namespace) -> int:
     # the way, ~10 % of the CPU to the first frame.
     gc.disable()
     one_blas_thread()
-    # The driver opens (and a demo starts) while the interface is imported and built.
-    early = EarlySampler(args.demo, args.gpus, args.seed).start()
-    from gputop.tui.app import GputopApp
+    # The driver opens (and a demo starts) while the interface is imported and built; the
+    # first sample is painted as plain text meanwhile (plain_frame.py).
+    plain = _plain_first_frame()
+    early = EarlySampler(args.demo, args.gpus, args.seed,
+                         on_first=None if plain is None else plain.paint).start()
+    if plain is not None:
+        # The first sample and its plain frame first: importing the interface meanwhile
+        # would halve the sampler's share of the interpreter (the GIL) and delay both.
+        early.first_taken.wait(FIRST_SAMPLE_WAIT_S)
+    try:
+        from gputop.tui.app import GputopApp
 
-    app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed,
-                    auto_capture=getattr(args, "auto_capture", False), early=early)
+        app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed,
+                        auto_capture=getattr(args, "auto_capture", False), early=early)
+    except BaseException:
+        if plain is not None:
+            plain.leave()
+        raise
+    if plain is not None:
+        plain.close()  # the interface takes the terminal from here
     code = app.run()
     early.stop()
     if app.error:
@@ -96,6 +110,21 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(int(code or 0))
+
+
+# How long the interface waits for the first sample before it loads all the same (a slow
+# driver: the interface then tells that the sampler is starting).
+FIRST_SAMPLE_WAIT_S = 1.0
+
+
+def _plain_first_frame():
+    """The first sample as plain text before the interface loads, unless
+    GPUTOP_PLAIN_FIRST_FRAME=0 (a terminal that mishandles the alternate screen)."""
+    if os.environ.get("GPUTOP_PLAIN_FIRST_FRAME", "1") == "0":
+        return None
+    from gputop.tui.plain_frame import PlainFirstFrame
+
+    return PlainFirstFrame(sys.stdout.fileno())
 
 
 # A replay keeps its samples in memory: this many at most (5.5 h at 1 s; a snapshot of a few

@@ -214,11 +214,13 @@ class SimulatedNvml(SimulatedMig):
             return got
         index, gpu = got
         info = cast(out, POINTER(pynvml.nvmlPciInfo_t)).contents
-        bus = 0x18 + 0x10 * index
-        bus_id = f"00000000:{bus:02X}:00.0".encode()
+        # A bus number fits in a byte: past 14 GPUs (bench_sampling's 64) the device number
+        # moves on instead.
+        bus, device = 0x18 + 0x10 * (index % 14), index // 14
+        bus_id = f"00000000:{bus:02X}:{device:02X}.0".encode()
         info.busIdLegacy = bus_id
         info.busId = bus_id
-        info.domain, info.bus, info.device = 0, bus, 0
+        info.domain, info.bus, info.device = 0, bus, device
         info.pciDeviceId = gpu.model.pci_device_id
         info.pciSubSystemId = 0x16A110DE
         return SUCCESS

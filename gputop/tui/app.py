@@ -46,7 +46,7 @@ from gputop.tui.app_support import (
 )
 from gputop.tui.capture_keys import CaptureKeys
 from gputop.tui.captures import CaptureController
-from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed
+from gputop.tui.frames import WINDOWS, FixedFeed, Frame, FrameLog, SamplerFeed, first_frame
 from gputop.tui.keys import KEYS, LIVE_ONLY, MAIN_ONLY, REPLAY_ONLY
 from gputop.tui.layout import Plan, plan_layout
 from gputop.tui.replay_feed import ReplayFeed
@@ -182,6 +182,7 @@ class GputopApp(CaptureKeys, App[int]):
     def on_mount(self) -> None:
         self.table.focus()
         self._apply_layout()
+        self._show_early_sample()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGHUP, signal.SIGTERM):
             try:
@@ -310,6 +311,22 @@ class GputopApp(CaptureKeys, App[int]):
         if frame.seq < self.feed.latest_seq:
             self.frames_dropped += 1  # a newer frame is on its way
             return
+        if self.frame is not None and frame.snapshot is self.frame.snapshot:
+            # The early sample, drawn already at mount (_show_early_sample).
+            if isinstance(self.feed, SamplerFeed):
+                self.call_after_refresh(self.feed.first_shown.set)
+            return
+        self._show_frame(frame)
+
+    def _show_early_sample(self) -> None:
+        """At mount, the sample the early sampler took while the interface loaded: the
+        first paint then shows the GPUs rather than empty panels (its frame, posted by the
+        feed, arrives after that paint and is not drawn twice)."""
+        first = getattr(self.early, "first", None)
+        if first is not None and isinstance(self.feed, SamplerFeed):
+            self._show_frame(first_frame(first, self.feed.window, 0))
+
+    def _show_frame(self, frame: Frame) -> None:
         indices = tuple(g.index for g in frame.snapshot.gpus)
         if indices != self.gpu_indices:
             self._set_gpus(indices)

@@ -16,8 +16,14 @@ from collections.abc import Callable
 
 
 class EarlySampler:
-    def __init__(self, demo: str | None, gpus: list[int] | None, seed: int) -> None:
+    def __init__(self, demo: str | None, gpus: list[int] | None, seed: int,
+                 on_first: Callable[[object], None] | None = None) -> None:
+        """``on_first``: called on this thread with the first sample (the plain first frame,
+        plain_frame.py), before the app is attached."""
         self.demo, self.gpus, self.seed = demo, gpus, seed
+        self._on_first = on_first
+        self.first = None  # the first sample, once taken (the app draws it at mount)
+        self.first_taken = threading.Event()  # set also when opening the driver failed
         self._attached = threading.Event()
         self._feed = None
         self._failed: Callable[[str], None] | None = None
@@ -66,13 +72,17 @@ class EarlySampler:
             # as they are forked.
             with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0,
                               on_standin_failure=self._note) as sampler:
-                first = first_sample(sampler)
+                first = self.first = first_sample(sampler)
+                if self._on_first is not None:
+                    self._on_first(first)
+                self.first_taken.set()
                 self._attached.wait()
                 feed = self._feed
                 if feed is not None and not feed.stopped:
                     feed.run(sampler, first=first)
         except Exception as exc:  # reported by the app, never as a traceback
             self.error = f"{type(exc).__name__}: {exc}"
+            self.first_taken.set()
             if self._failed is not None and self._feed is not None and not self._feed.stopped:
                 self._failed(self.error)
 

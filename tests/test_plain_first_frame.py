@@ -1,0 +1,92 @@
+"""The plain first frame (gputop/tui/plain_frame.py): the first sample of the simulated driver,
+with a real process on a GPU, written to a real pseudo-terminal before the interface loads."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+
+import pytest
+
+from gputop.session import open_sampler
+from gputop.tui.early_start import first_sample
+from gputop.tui.plain_frame import ENTER, LEAVE, PlainFirstFrame
+
+
+def _read(fd: int) -> bytes:
+    out = b""
+    while select.select([fd], [], [], 0.5)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+@pytest.fixture
+def job_with_escape():
+    """A real process whose command line tries to clear the screen and set the title."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                             "\x1b[2J\x1b]0;owned\x07"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_the_first_sample_is_painted_once_and_escaped(simulated, job_with_escape):
+    sim = simulated("tour")
+    sim.set_processes(0, [job_with_escape.pid])
+    with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
+        snap = first_sample(sampler)
+    master, slave = os.openpty()
+    try:
+        size = os.terminal_size((160, 50))
+        frame = PlainFirstFrame(slave, size=lambda: size)
+        frame.paint(snap)
+        frame.paint(snap)  # once only
+        text = _read(master).decode()
+        assert text.startswith(ENTER) and text.count(ENTER) == 1
+        for gpu in snap.gpus:
+            assert gpu.name in text
+        row = next(line for line in text.splitlines() if f" {job_with_escape.pid} " in line)
+        assert "\\x1b[2J" in row and "\\x07" in row  # shown, not acted on
+        assert "\x1b[2J" not in text.replace(ENTER, "") and "\x07" not in text
+        assert all(len(line.rstrip("\r")) <= 160 for line in text[len(ENTER):].split("\n"))
+        frame.leave()
+        assert _read(master).decode() == LEAVE
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_nothing_is_painted_once_the_interface_has_the_terminal(simulated):
+    simulated("tour")
+    with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
+        snap = first_sample(sampler)
+    master, slave = os.openpty()
+    try:
+        frame = PlainFirstFrame(slave, size=lambda: os.terminal_size((80, 24)))
+        frame.close()
+        frame.paint(snap)
+        frame.leave()  # nothing was painted: nothing to leave
+        assert _read(master) == b""
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_small_terminal_gets_as_many_lines_as_it_has(simulated):
+    simulated("tour")
+    with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
+        snap = first_sample(sampler)
+    master, slave = os.openpty()
+    try:
+        PlainFirstFrame(slave, size=lambda: os.terminal_size((40, 6))).paint(snap)
+        # (the terminal turns each \n into \r\n: lines end in \r)
+        lines = [line.rstrip("\r") for line in _read(master).decode()[len(ENTER):].split("\n")]
+        assert len(lines) == 6 and all(len(line) <= 40 for line in lines)
+    finally:
+        os.close(master)
+        os.close(slave)
