@@ -42,7 +42,6 @@ def _floats(values: Any) -> Sequence[float]:
     return tolist() if tolist is not None else values
 
 
-
 class _Binning:
     """Where samples at times ``t`` fall among ``bins`` bins over [start, end]: found once for
     times that several series share (the fields of every GPU, recorded together), and kept
