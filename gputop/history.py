@@ -1,24 +1,29 @@
 """Bounded time series of snapshots at several resolutions.
 
-Each series keeps three tiers, all preallocated so memory is fixed from the first sample:
+Each series keeps three tiers in stdlib ``array`` rings (no numpy: the live monitor loads none,
+issue 40) that grow by appending up to their capacity and then overwrite their oldest point:
 
 * ``raw``: every sample, the last ``raw_capacity`` of them (1 h at a 1 s interval);
 * ``minute``: 60 s means for 7 days;
 * ``whole``: the whole run in at most ``whole_capacity`` points; when full, neighbouring
   points are merged and the bucket width doubles, so a run of any length fits.
 
-Bound: one series costs (3600 + 10080 + 1024) x 12 bytes = 176 KiB, preallocated. A GPU has 10
-series, the host 3, a training process 3 (132 KiB each, smaller raw tier); process series expire
-10 minutes after the process and are capped at ``max_process_series`` (64). With 8 GPUs that is at
-most 8 x 10 x 176 + 3 x 176 + 64 x 3 x 132 KiB = 39 MiB; it never grows with run length.
+Bound: a point costs 12 bytes (an 8-byte time, a 4-byte value), so a full series costs at most
+(3600 + 10080 + 1024) x 12 bytes = 176 KiB, plus the arrays' over-allocation while they grow
+(an eighth at most); a series holds only what it has seen (an hour's run: about 45 KiB). A GPU
+has 4 series (``GPU_FIELDS``), the host 3, a training process 3 (at most 132 KiB each, smaller
+raw tier); process series expire 10 minutes after the process and are capped at
+``max_process_series`` (64). With 8 GPUs that is at most (8 x 4 + 3) x 176 + 64 x 3 x 132 KiB
+= 31 MiB (x 1.125 while growing), reached after a week; it never grows beyond that.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from gputop.model import Snapshot
 
@@ -32,31 +37,49 @@ WEEK_OF_MINUTES = 7 * 24 * 60
 
 
 class _Ring:
-    """A fixed-size ring of (time, value) points."""
+    """A ring of (time, value) points: grows by append up to ``capacity`` (an array of zeros
+    allocated ahead would be memory touched for nothing), then overwrites the oldest."""
+
+    __slots__ = ("t", "v", "capacity", "head")
 
     def __init__(self, capacity: int) -> None:
-        self.t = np.zeros(capacity, dtype=np.float64)
-        self.v = np.zeros(capacity, dtype=np.float32)
+        self.t = array("d")
+        self.v = array("f")  # float32, as the charts need
         self.capacity = capacity
-        self.size = 0
-        self.head = 0  # next write position
+        self.head = 0  # next write position once full
+
+    @property
+    def size(self) -> int:
+        return len(self.t)
 
     def append(self, t: float, v: float) -> None:
+        if len(self.t) < self.capacity:
+            self.t.append(t)
+            self.v.append(v)
+            return
         self.t[self.head] = t
         self.v[self.head] = v
         self.head = (self.head + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
 
-    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.size < self.capacity:
-            return self.t[: self.size], self.v[: self.size]
-        idx = np.r_[self.head : self.capacity, 0 : self.head]
-        return self.t[idx], self.v[idx]
+    def ordered(self) -> tuple[array, array]:
+        """Copies of the times and values, oldest first."""
+        if len(self.t) < self.capacity or self.head == 0:
+            return self.t[:], self.v[:]
+        h = self.head
+        return self.t[h:] + self.t[:h], self.v[h:] + self.v[:h]
 
     def oldest_time(self) -> float | None:
-        if self.size == 0:
+        if not self.t:
             return None
-        return float(self.t[0 if self.size < self.capacity else self.head])
+        return self.t[self.head if len(self.t) == self.capacity else 0]
+
+    def last_value(self) -> float | None:
+        if not self.v:
+            return None
+        return self.v[(self.head - 1) % self.capacity if len(self.v) == self.capacity else -1]
+
+    def nbytes(self) -> int:
+        return len(self.t) * self.t.itemsize + len(self.v) * self.v.itemsize
 
 
 class _Bucketing:
@@ -91,31 +114,33 @@ class _WholeRun:
     """The whole run in at most ``capacity`` points: merge pairs and double the width when full."""
 
     def __init__(self, capacity: int, width: float) -> None:
-        self.t = np.zeros(capacity, dtype=np.float64)
-        self.v = np.zeros(capacity, dtype=np.float32)
+        self.t = array("d")
+        self.v = array("f")
         self.capacity = capacity
-        self.size = 0
         self.bucketing = _Bucketing(width)
 
     def add(self, t: float, v: float) -> None:
         done = self.bucketing.add(t, v)
         if done is None:
             return
-        if self.size == self.capacity:
-            half = self.capacity // 2
-            self.t[:half] = (self.t[0::2] + self.t[1::2]) / 2
-            self.v[:half] = (self.v[0::2] + self.v[1::2]) / 2
-            self.size = half
+        if len(self.t) == self.capacity:
+            ts, vs = self.t, self.v
+            self.t = array("d", [(a + b) / 2 for a, b in zip(ts[0::2], ts[1::2])])
+            self.v = array("f", [(a + b) / 2 for a, b in zip(vs[0::2], vs[1::2])])
             self.bucketing = _Bucketing(self.bucketing.width * 2)
-        self.t[self.size], self.v[self.size] = done
-        self.size += 1
+        self.t.append(done[0])
+        self.v.append(done[1])
 
-    def ordered(self) -> tuple[np.ndarray, np.ndarray]:
-        t, v = self.t[: self.size], self.v[: self.size]
+    def ordered(self) -> tuple[array, array]:
+        t, v = self.t[:], self.v[:]
         pending = self.bucketing.pending()
         if pending is not None:
-            t, v = np.append(t, pending[0]), np.append(v, pending[1])
+            t.append(pending[0])
+            v.append(pending[1])
         return t, v
+
+    def nbytes(self) -> int:
+        return len(self.t) * self.t.itemsize + len(self.v) * self.v.itemsize
 
 
 class Series:
@@ -140,10 +165,11 @@ class Series:
             self.minute.append(*done)
         self.whole.add(t, v)
 
-    def window(self, seconds: float | None) -> tuple[np.ndarray, np.ndarray]:
-        """Points of the last ``seconds`` (None: the whole run), from the finest tier covering it."""
-        if self.last_time is None:
-            return np.zeros(0), np.zeros(0, dtype=np.float32)
+    def window(self, seconds: float | None) -> tuple[Sequence[float], Sequence[float]]:
+        """Points of the last ``seconds`` (None: the whole run), from the finest tier covering
+        it: two new arrays (times, values; NaN where a value was missing), oldest first."""
+        if self.last_time is None or self.first_time is None:
+            return array("d"), array("f")
         start = self.first_time if seconds is None else self.last_time - seconds
         oldest_raw = self.raw.oldest_time()
         if oldest_raw is not None and (oldest_raw <= start or oldest_raw == self.first_time):
@@ -152,18 +178,17 @@ class Series:
             t, v = self.minute.ordered()
         else:
             t, v = self.whole.ordered()
-        keep = t >= start
-        return t[keep], v[keep]
+        first = bisect_left(t, start)  # the times are in order
+        if first:
+            del t[:first], v[:first]
+        return t, v
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.raw.t, self.raw.v, self.minute.t, self.minute.v,
-                                      self.whole.t, self.whole.v))
+        return self.raw.nbytes() + self.minute.nbytes() + self.whole.nbytes()
 
     def latest(self) -> float | None:
-        if self.raw.size == 0:
-            return None
-        value = float(self.raw.v[(self.raw.head - 1) % self.raw.capacity])
-        return None if math.isnan(value) else value
+        value = self.raw.last_value()
+        return None if value is None or math.isnan(value) else value
 
 
 @dataclass
@@ -228,7 +253,7 @@ class History:
             del self.processes[pid]
 
     def nbytes(self) -> int:
-        """Bytes held by all series: fixed once a GPU or process has been seen."""
+        """Bytes of points held by all series: bounded (see the module's docstring)."""
         series = [s for per_gpu in self.gpus.values() for s in per_gpu.values()]
         series += list(self.host.values())
         series += [s for e in self.processes.values() for s in (e.cpu, e.workers_cpu, e.gpu_mem)]
@@ -237,5 +262,5 @@ class History:
     def gpu_window(self, index: int, name: str, seconds: float | None):
         series = self.gpus.get(index, {}).get(name)
         if series is None:
-            return np.zeros(0), np.zeros(0, dtype=np.float32)
+            return array("d"), array("f")
         return series.window(seconds)

@@ -1,6 +1,7 @@
 """The monitor loads only what it uses (issue 40): `gputop top` at its first frame and `gputop
---demo tour snapshot` never load pandas, pyarrow, numpy (top: not before the first frame),
-msgspec, torch, the trace engine, the recording store or the training-side agent.
+--demo tour snapshot` never load pandas, pyarrow, numpy, msgspec, torch, the trace engine, the
+recording store or the training-side agent; and `gputop top` still loads no numpy once its
+history records and its charts are drawn (the rings and charts are pure Python since issue 40).
 
 Checked on the real app in a fresh interpreter: `gputop top`'s start (the early sampler, then
 the App) under Textual's Pilot, and the modules listed at the moment the app tells the sampler
@@ -18,7 +19,8 @@ from tests.conftest import REPO, SLOW, cli_env
 
 # `gputop top`'s start as commands/top.py makes it; the modules are listed when the app sets
 # feed.first_shown (after the first frame is painted; the sampler waits on it before it
-# records the first sample, which brings the history and numpy in).
+# records the first sample, which brings the history in), then again once a few frames drew
+# charts from the history.
 TOP_PROBE = """
 import gc, json, sys, threading
 from gputop.tui.early_start import EarlySampler
@@ -51,7 +53,13 @@ async def main():
             if at_first_frame:
                 break
             await pilot.pause(0.05)
+        for _ in range(1200):
+            if (app.frames_rendered >= 4 and "gputop.history" in sys.modules
+                    and "gputop.tui.widgets.chart" in sys.modules):
+                break
+            await pilot.pause(0.05)
         print(json.dumps({"modules": at_first_frame[0] if at_first_frame else None,
+                          "later": sorted(sys.modules),
                           "frames": app.frames_rendered, "gpus": list(app.gpu_indices)}))
 
 
@@ -81,7 +89,7 @@ ALLOWED_GPUTOP = {
 ALLOWED_GPUTOP_PACKAGES = ("gputop.collect", "gputop.sim", "gputop.diagnostics.live",
                            "gputop.client", "gputop.tui")
 # Never on the monitor's way to its first frame, with why, for the failure message.
-HEAVY = {"pandas": "record/report", "pyarrow": "record/report", "numpy": "charts after frame 1",
+HEAVY = {"pandas": "record/report", "pyarrow": "record/report", "numpy": "record/report",
          "msgspec": "traces and recordings", "torch": "the training job",
          "gputop.agent": "the training process", "gputop.recording": "record/report",
          "gputop.diagnostics.trace": "the trace engine (capture, analyze)"}
@@ -105,18 +113,22 @@ def heavy(modules: list[str]) -> list[str]:
                   or (h == "gputop.diagnostics.trace" and m.startswith(h)))
 
 
-def top_modules_at_first_frame() -> list[str]:
+def top_modules() -> dict:
     done = subprocess.run([sys.executable, "-c", TOP_PROBE], capture_output=True, text=True,
                           env=cli_env(), cwd=REPO, timeout=SLOW)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["modules"] is not None, f"no first frame: {result}"
     assert result["frames"] >= 1 and len(result["gpus"]) >= 8  # the tour's GPUs drawn
-    return result["modules"]
+    return result
 
 
-def test_top_loads_only_allowed_modules_at_its_first_frame():
-    modules = top_modules_at_first_frame()
+def test_top_loads_only_allowed_modules_at_its_first_frame_and_never_numpy():
+    result = top_modules()
+    later = result["later"]
+    assert "gputop.history" in later and "gputop.tui.widgets.chart" in later, result["frames"]
+    assert [m for m in later if m.split(".")[0] in ("numpy", "pandas", "pyarrow")] == []
+    modules = result["modules"]
     assert "textual.app" in modules and "gputop.tui.app" in modules  # it is the real app
     assert "gputop.collect.sampler" in modules
     assert heavy(modules) == [], {m: HEAVY[next(h for h in HEAVY if m.startswith(h))]

@@ -310,3 +310,40 @@ def test_row_structure_changes_with_processes_and_workers_not_with_numbers():
     gpu = dataclasses.replace(first.gpus[0], processes=(ranked, *first.gpus[0].processes[1:]))
     assert _structure(dataclasses.replace(first, gpus=(gpu, *first.gpus[1:]))) != \
         _structure(first)
+
+
+def test_pure_python_charts_draw_what_the_numpy_charts_drew():
+    """Issue 40 replaced numpy in the charts: these rows were drawn by the numpy version (git
+    main before it), from the same series (a gap in the times, a lost stretch, values outside
+    the range, a series that starts late), as lists and as the History's arrays."""
+    from array import array
+
+    from gputop.tui.widgets.chart import chart_rows, chart_rows_many, resample, spark_series
+
+    nan = math.nan
+    t = [0.0, 1.0, 2.0, 3.0, 4.0, 5.2, 6.0, 7.0, 9.0, 10.0, 11.0, 12.0]
+    series = [
+        [10.0, 20.0, 35.0, 50.0, 65.0, 80.0, 95.0, 100.0, 90.0, 60.0, 30.0, 5.0],
+        [0.0, 0.0, 1.0, 2.0, nan, nan, nan, 50.0, 50.0, 50.0, 120.0, -5.0],
+        [nan] * 6 + [40.0] * 6,
+    ]
+    vmaxes = [100.0, 100.0, 80.0]
+    expected = {
+        (8, (2, 3, 2)): [["⠀⠀⣀⣼⣿⢰⡀⠀", "⣠⣾⣿⣿⣿⢸⣧⡀"],
+                         ["⠀⠀⠀⠀⠀⠀⢸⠀", "⠀⠀⠀⠀⣤⢠⣼⠀", "⣀⣀⡀⠀⣿⢸⣿⡀"],
+                         ["⠀⠀⠀⠀⠀⠀⠀⠀", "⠀⠀⠀⢸⣿⢸⣿⡇"]],
+        (13, (3, 2, 1)): [["⠀⠀⠀⠀⠀⢠⣴⣿⠀⢰⡆⠀⠀", "⠀⠀⠀⢠⣼⣿⣿⣿⠀⢸⣷⡆⠀", "⢀⣠⣼⣿⣿⣿⣿⣿⠀⢸⣿⣿⣇"],
+                          ["⠀⠀⠀⠀⠀⠀⠀⠀⠀⠀⠀⢸⡇", "⢀⣀⣀⣀⡀⠀⠀⣿⠀⢸⣿⣿⣇"],
+                          ["      ▄▄ ▄▄▄▄"]],
+    }
+    for times, values in ((t, series), (array("d", t), [array("f", v) for v in series])):
+        for (width, heights), rows in expected.items():
+            assert chart_rows_many(times, values, -0.5, 12.5, vmaxes, width=width,
+                                   heights=list(heights)) == rows
+            assert [chart_rows(times, v, -0.5, 12.5, m, width=width, height=h)
+                    for v, m, h in zip(values, vmaxes, heights)] == rows
+        assert spark_series(times, values[0], -0.5, 12.5, 100.0, 10) == "▁▃▄▅▇█▇▅▂▁"
+        binned = resample(times, values[1], -0.5, 12.5, 26)
+        assert [None if math.isnan(x) else x for x in binned] == [
+            None, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 2.0, 2.0, None, None, None, None, None, 50.0,
+            50.0, None, None, None, 50.0, 50.0, 50.0, 50.0, 120.0, 120.0, -5.0]

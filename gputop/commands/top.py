@@ -49,9 +49,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def one_blas_thread() -> None:
     """numpy's OpenBLAS starts a thread per core when numpy is imported (15 more threads, and
-    their buffers, on a 16-core GPU node); the monitor's numpy work is tiny ring buffers and
-    window fits that one thread does at the same cost. Set before numpy loads (after the
-    first frame); a value the user set is kept."""
+    their buffers, on a 16-core GPU node). The live monitor loads no numpy since issue 40 (its
+    history and charts are pure Python); a recording read by --replay may, and one thread
+    does that small work at the same cost. A value the user set is kept."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

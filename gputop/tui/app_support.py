@@ -42,7 +42,7 @@ def where_finder(auto_capture: bool) -> WhereFinder | None:
 
 
 def showing_process(screen) -> bool:
-    """Whether ``screen`` is a process's screen (Enter). Its module, and numpy with it, is
+    """Whether ``screen`` is a process's screen (Enter). Its module is
     imported on first use: before that no screen can be one."""
     module = sys.modules.get("gputop.tui.widgets.process_view")
     return module is not None and isinstance(screen, module.ProcessScreen)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -19,8 +20,6 @@ from gputop.diagnostics.findings import Finding
 from gputop.model import Snapshot
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from gputop.diagnostics.live.mig import LiveDiagnosis
     from gputop.history import History
     from gputop.stacks.where import WhereFinder
@@ -35,16 +34,10 @@ RULES_PERIOD_S = 2.0
 # The GPU fields the cards and compact rows chart.
 CHART_FIELDS = ("util_gpu", "mem_used", "power_w", "pcie_rx_mbs")
 
-# (times, values) of one series. numpy (and the History) load after the first frame: that
+# (times, values) of one series: arrays of their own (copies cut from the History's rings,
+# which nothing writes after), oldest first. The History loads after the first frame: that
 # frame is drawn from the first sample alone (``first_frame``).
-Points = tuple["np.ndarray", "np.ndarray"]
-
-
-def _frozen(points: Points) -> Points:
-    t, v = points
-    t.setflags(write=False)
-    v.setflags(write=False)
-    return t, v
+Points = tuple[Sequence[float], Sequence[float]]
 
 
 @dataclass(frozen=True)
@@ -77,8 +70,8 @@ def build_frame(history: History, snapshot: Snapshot, window: float | None, seq:
 
     def cut(series) -> Points:
         t, v = series.window(None if window is None else window + (series.last_time or end) - end)
-        keep = t <= end
-        return _frozen((t[keep], v[keep]))
+        keep = bisect_right(t, end)  # the times are in order
+        return (t, v) if keep == len(t) else (t[:keep], v[:keep])
 
     gpu_series = {}
     for gpu in snapshot.gpus:
@@ -107,7 +100,7 @@ FIRST_FRAME_WAIT_S = 1.0
 
 def first_frame(snapshot: Snapshot, window: float | None, seq: int) -> Frame:
     """The frame of the first sample, before it is recorded: no chart has a point yet (one
-    point draws nothing) and no rule has run, so it needs neither the history nor numpy."""
+    point draws nothing) and no rule has run, so it needs no history."""
     end = snapshot.time
     return Frame(seq, snapshot, window, end - (window or 1.0), end, MappingProxyType({}))
 
@@ -170,7 +163,7 @@ class Feed:
 
     @property
     def history(self) -> History:
-        """Made on first use (it brings numpy in): after the first frame is posted."""
+        """Made on first use (it loads the history module): after the first frame is posted."""
         if self._history is None:
             with self._history_lock:
                 if self._history is None:
@@ -255,7 +248,7 @@ class SamplerFeed(Feed):
         self._stop = threading.Event()
         self._requested = False
         # Set by the app once the first frame is on screen: until then this thread leaves
-        # the interpreter to the interface (recording the first sample loads numpy).
+        # the interpreter to the interface (recording the first sample loads the history).
         self.first_shown = threading.Event()
 
     def request_frame(self) -> None:

@@ -8,6 +8,7 @@ windows start when its job's start-up ends (``startup``): start-up samples never
 
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,13 +32,15 @@ def _linear_fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
     """Slope and R^2 of a least-squares line."""
     if len(ts) < 3:
         return 0.0, 0.0
-    import numpy as np  # here: the monitor's first frame comes before numpy is loaded
-
-    t = np.asarray(ts, dtype=np.float64) - ts[0]
-    y = np.asarray(ys, dtype=np.float64)
-    t -= t.mean()
-    y = y - y.mean()
-    sxx, sxy, syy = float(t @ t), float(t @ y), float(y @ y)
+    t0 = ts[0]
+    t = [float(x) - t0 for x in ts]  # pure Python: the live monitor loads no numpy
+    y = [float(x) for x in ys]
+    mt, my = math.fsum(t) / len(t), math.fsum(y) / len(y)
+    t = [x - mt for x in t]
+    y = [x - my for x in y]
+    sxx = math.fsum(a * a for a in t)
+    sxy = math.fsum(a * b for a, b in zip(t, y))
+    syy = math.fsum(b * b for b in y)
     if sxx == 0:
         return 0.0, 0.0
     return sxy / sxx, (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0

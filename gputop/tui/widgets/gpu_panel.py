@@ -46,8 +46,8 @@ def split_width(width: int, columns: int) -> list[int]:
 
 
 def no_data_rows(limit: float, width: int, height: int) -> list[str]:
-    """The rows ``chart_rows`` draws for a series with no sample yet, without numpy: the
-    first frame (drawn from the first sample, before the history) comes before numpy loads."""
+    """The rows ``chart_rows`` draws for a series with no sample yet, without the chart module:
+    the first frame is drawn from the first sample, before the history."""
     if not limit:
         return ["n/a".center(width)] + [""] * (height - 1)
     if height == 1:
@@ -158,7 +158,7 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
         """The chart rows of every GPU's fields, ``widths[index]`` cells wide; again only
         when the data or the geometry changed. The GPUs are sampled together, so their series
         share their times: charts as wide are binned in one pass (a pass per GPU cost eight
-        times the numpy calls)."""
+        times the work)."""
         start, end = self.span
         points: dict[int, list[Points | None]] = {}
         limits: dict[int, list[float]] = {}
@@ -179,7 +179,7 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
         t0 = None
         for index, ps in points.items():
             width = widths[index]
-            if all(p is None or not len(p[0]) for p in ps):  # no sample yet: no numpy needed
+            if all(p is None or not len(p[0]) for p in ps):  # no sample yet: nothing to bin
                 charts[index] = dict(zip(CHART_FIELDS, (
                     no_data_rows(m, width, h) for m, h in zip(limits[index], heights))))
                 continue
@@ -208,11 +208,9 @@ class GpuPanel(DirectLines, ScrollView, can_focus=False):
     def _charts_apart(self, points: list[Points | None], limits: list[float], width: int,
                       heights: list[int]) -> dict[str, list[str]]:
         """One GPU whose fields do not share their times (a GPU seen later than the others)."""
-        import numpy as np
-
         from gputop.tui.widgets.chart import chart_rows
 
-        empty = np.zeros(0)
+        empty: tuple[float, ...] = ()
         start, end = self.span
         return {field: chart_rows(*(p if p is not None else (empty, empty)), start, end, m,
                                   width=width, height=h)

@@ -25,10 +25,7 @@ from gputop.tui.widgets.text_line import TextLine
 
 def cpu_ceiling(values) -> float:
     """CPU charts top out at whole cores (100 % each), the fewest that hold the data."""
-    import numpy as np
-
-    finite = values[~np.isnan(values)] if len(values) else values
-    peak = float(finite.max()) if len(finite) else 0.0
+    peak = max((x for x in values if x == x), default=0.0)  # NaN: no sample
     return 100.0 * max(1, math.ceil(peak / 100.0))
 
 
