@@ -10,13 +10,13 @@ no step progress (when an agent counts steps).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live.common import HUNG_S, WINDOW_S, gib, mean
 from gputop.diagnostics.live.load import load_of
 from gputop.diagnostics.live.windows import _Context
-from gputop.model import GpuSample
 
 
 def rule_gpu_idle(ctx: _Context) -> list[Finding]:
@@ -53,16 +53,15 @@ def rule_gpu_idle(ctx: _Context) -> list[Finding]:
     return out
 
 
-def _steps_in(samples: deque[tuple[float, GpuSample]], pid: int) -> tuple[object, object] | None:
+def _steps_in(samples: deque[tuple[float, Mapping[int, object]]], pid: int
+              ) -> tuple[object, object] | None:
     """The agent's step counts of ``pid`` at the start and at the end of ``samples`` (the
     first and the last reported), found from both ends: no walk over a busy minute."""
     def steps(items):
-        for _, g in items:
-            for p in g.processes:
-                if p.pid == pid:
-                    value = (p.agent or {}).get("steps")
-                    if value is not None:
-                        return value
+        for _, by_pid in items:
+            value = by_pid.get(pid)
+            if value is not None:
+                return value
         return None
 
     first = steps(samples)
@@ -74,7 +73,7 @@ def rule_hung(ctx: _Context) -> list[Finding]:
     for index, state in ctx.gpus.items():
         if ctx.now - state.since < HUNG_S:
             continue  # not watched a minute since its start-up yet
-        last = state.hang[-1][1]
+        last = state.window[-1][1]
         # Any GPU work in the last minute: not hung (the time of the last one is kept).
         if not last.processes or (state.last_busy is not None
                                   and state.last_busy >= ctx.now - HUNG_S):

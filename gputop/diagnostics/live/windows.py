@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from gputop.diagnostics.live.common import (
     HUNG_S,
@@ -98,6 +100,16 @@ class _RunningFit:
         return slope, (sxy / sxx) * (sxy / syy) if syy > 0 else 0.0
 
 
+_NO_STEPS: Mapping[int, object] = MappingProxyType({})
+
+
+def _steps_by_pid(g: GpuSample) -> Mapping[int, object]:
+    """The step count each of the GPU's processes' agents reported in this sample."""
+    steps = {p.pid: p.agent["steps"] for p in g.processes
+             if p.agent is not None and p.agent.get("steps") is not None}
+    return steps or _NO_STEPS
+
+
 class _GpuWindows:
     """One GPU's samples since its start-up ended: the rules' window, the hang window, the
     time it last did work, and the memory fit."""
@@ -106,14 +118,17 @@ class _GpuWindows:
 
     def __init__(self, since: float) -> None:
         self.window: deque[tuple[float, GpuSample]] = deque()  # the last WINDOW_S
-        self.hang: deque[tuple[float, GpuSample]] = deque()  # the last HUNG_S
+        # The last HUNG_S as the agents' step counts by pid (all the hung rule reads of it):
+        # a minute of whole samples, processes and agent replies included, was most of the
+        # monitor's memory growth.
+        self.hang: deque[tuple[float, Mapping[int, object]]] = deque()
         self.last_busy: float | None = None  # the last sample with GPU work (util >= 1 %)
         self.memory = _RunningFit()  # mem_used over the last MEMORY_WINDOW_S
         self.since = since  # the first sample after start-up
 
     def add(self, t: float, g: GpuSample) -> None:
         self.window.append((t, g))
-        self.hang.append((t, g))
+        self.hang.append((t, _steps_by_pid(g)))
         if (g.util_gpu or 0) >= WORKED_UTIL:
             self.last_busy = t
         if g.mem_used is not None:
