@@ -56,6 +56,21 @@ def one_blas_thread() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def one_malloc_arena() -> None:
+    """glibc gives each thread that allocates its own malloc arena, each with its own free
+    space; the monitor's threads allocate little and seldom, so one shared arena holds the same
+    with less memory kept (~0.8 MiB of RSS on the tour). Set before the threads start; a
+    MALLOC_ARENA_MAX the user set is kept, and a libc without mallopt is left alone."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
     from gputop.commands.fleet import fleet_requested, run_fleet_top
     from gputop.promfleet.options import prometheus_requested
@@ -80,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     # the way, ~10 % of the CPU to the first frame.
     gc.disable()
     one_blas_thread()
+    one_malloc_arena()
     # The driver opens (and a demo starts) while the interface is imported and built; the
     # first sample is painted as plain text meanwhile (plain_frame.py).
     plain = _plain_first_frame()
