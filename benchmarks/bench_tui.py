@@ -113,7 +113,7 @@ def shows_gpus_and_processes(name: str, screen: str, pids: list[int]) -> bool:
 def interface_drawn(screen: str) -> bool:
     """gputop's interface (Textual) on screen: its footer of keys under its GPU panel, past the
     plain first frame (plain_frame.py) that shows the same GPUs and processes before it."""
-    return "q Quit" in screen and "loading the interface" not in screen and "A100" in screen
+    return "q Quit" in screen and "loading the interface..." not in screen and "A100" in screen
 
 
 def first_frame(width: int, height: int, env: dict[str, str], name: str, command: str,

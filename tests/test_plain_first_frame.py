@@ -12,7 +12,7 @@ import pytest
 
 from gputop.session import open_sampler
 from gputop.tui.early_start import first_sample
-from gputop.tui.plain_frame import ENTER, LEAVE, PlainFirstFrame
+from gputop.tui.plain_frame import ENTER, LEAVE, MARK, PlainFirstFrame
 
 
 def _read(fd: int) -> bytes:
@@ -47,7 +47,7 @@ def test_the_first_sample_is_painted_once_and_escaped(simulated, job_with_escape
         frame.paint(snap)
         frame.paint(snap)  # once only
         text = _read(master).decode()
-        assert text.startswith(ENTER) and text.count(ENTER) == 1
+        assert text.startswith(ENTER + MARK) and text.count(ENTER) == 1
         for gpu in snap.gpus:
             assert gpu.name in text
         row = next(line for line in text.splitlines() if f" {job_with_escape.pid} " in line)

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gputop.tui.plain_frame import MARK as PLAIN_FRAME_MARK
 from tests.conftest import REPO, SLOW, cli_env, end_processes, run_cli, wait_for
 
 # Generous per test: a few waits of up to SLOW each on a loaded machine.
@@ -53,7 +54,11 @@ class Tmux:
         self.tmux("send-keys", "-t", "main", *keys)
 
     def capture(self, escapes: bool = False) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "main", *(["-e"] if escapes else []))
+        """The pane's text; empty while gputop's plain first frame is on it (plain_frame.py:
+        the GPUs and processes it shows are not the interface yet, whose keys a test is
+        about to press; tests/test_plain_first_frame.py checks that frame itself)."""
+        screen = self.tmux("capture-pane", "-p", "-t", "main", *(["-e"] if escapes else []))
+        return "" if PLAIN_FRAME_MARK in screen else screen
 
     def gputop(self) -> psutil.Process | None:
         """The gputop process running in the pane, if any."""

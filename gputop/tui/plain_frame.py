@@ -20,6 +20,8 @@ from gputop.model import GpuSample, Snapshot
 
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J"  # alternate screen, cursor hidden, cleared
 LEAVE = "\x1b[?25h\x1b[?1049l"
+# First on the frame's first line (it fits 80 columns): what tells this frame from the interface.
+MARK = "gputop: loading the interface..."
 
 
 def _gpu_line(gpu: GpuSample) -> str:
@@ -36,9 +38,8 @@ def lines(snap: Snapshot, width: int, height: int) -> list[str]:
     """The screen's lines (at most ``height``, each at most ``width`` cells): the host, every
     GPU, then the GPUs' processes."""
     host = snap.host
-    head = [f"gputop  {safe_text(host.hostname)}  CPU {pct(host.cpu_percent)}  "
-            f"MEM {bytes_h(host.memory_used)} / {bytes_h(host.memory_total)}"
-            "  (loading the interface...)"]
+    head = [f"{MARK}  {safe_text(host.hostname)}  CPU {pct(host.cpu_percent)}  "
+            f"MEM {bytes_h(host.memory_used)} / {bytes_h(host.memory_total)}"]
     if not snap.driver.available:
         head.append(f"no NVIDIA driver: {safe_text(snap.driver.error or 'n/a')}")
     head.append("GPU  NAME                       UTIL         MEMORY   TEMP    POWER")
