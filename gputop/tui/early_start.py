@@ -74,7 +74,10 @@ class EarlySampler:
                               on_standin_failure=self._note) as sampler:
                 first = self.first = first_sample(sampler)
                 if self._on_first is not None:
-                    self._on_first(first)
+                    try:
+                        self._on_first(first)
+                    except Exception:  # the plain frame is a courtesy: sampling goes on
+                        pass
                 self.first_taken.set()
                 self._attached.wait()
                 feed = self._feed
