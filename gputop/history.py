@@ -36,6 +36,11 @@ MINUTE = 60.0
 WEEK_OF_MINUTES = 7 * 24 * 60
 
 
+def _nbytes(t: array, v: array) -> int:
+    """Bytes of a tier's points (its times and values)."""
+    return len(t) * t.itemsize + len(v) * v.itemsize
+
+
 class _Ring:
     """A ring of (time, value) points: grows by append up to ``capacity`` (an array of zeros
     allocated ahead would be memory touched for nothing), then overwrites the oldest."""
@@ -79,7 +84,7 @@ class _Ring:
         return self.v[(self.head - 1) % self.capacity if len(self.v) == self.capacity else -1]
 
     def nbytes(self) -> int:
-        return len(self.t) * self.t.itemsize + len(self.v) * self.v.itemsize
+        return _nbytes(self.t, self.v)
 
 
 class _Bucketing:
@@ -140,7 +145,7 @@ class _WholeRun:
         return t, v
 
     def nbytes(self) -> int:
-        return len(self.t) * self.t.itemsize + len(self.v) * self.v.itemsize
+        return _nbytes(self.t, self.v)
 
 
 class Series:

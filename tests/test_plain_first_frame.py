@@ -26,6 +26,15 @@ def _read(fd: int) -> bytes:
 
 
 @pytest.fixture
+def pty():
+    """(master, slave) of a real pseudo-terminal: the frame writes to the slave."""
+    master, slave = os.openpty()
+    yield master, slave
+    os.close(master)
+    os.close(slave)
+
+
+@pytest.fixture
 def job_with_escape():
     """A real process whose command line tries to clear the screen and set the title."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
@@ -35,58 +44,45 @@ def job_with_escape():
     proc.wait()
 
 
-def test_the_first_sample_is_painted_once_and_escaped(simulated, job_with_escape):
+@pytest.fixture
+def tour_sample(simulated, job_with_escape):
+    """The first sample of the tour's simulated GPUs, the hostile-named job on GPU 0."""
     sim = simulated("tour")
     sim.set_processes(0, [job_with_escape.pid])
     with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
-        snap = first_sample(sampler)
-    master, slave = os.openpty()
-    try:
-        size = os.terminal_size((160, 50))
-        frame = PlainFirstFrame(slave, size=lambda: size)
-        frame.paint(snap)
-        frame.paint(snap)  # once only
-        text = _read(master).decode()
-        assert text.startswith(ENTER + MARK) and text.count(ENTER) == 1
-        for gpu in snap.gpus:
-            assert gpu.name in text
-        row = next(line for line in text.splitlines() if f" {job_with_escape.pid} " in line)
-        assert "\\x1b[2J" in row and "\\x07" in row  # shown, not acted on
-        assert "\x1b[2J" not in text.replace(ENTER, "") and "\x07" not in text
-        assert all(len(line.rstrip("\r")) <= 160 for line in text[len(ENTER):].split("\n"))
-        frame.leave()
-        assert _read(master).decode() == LEAVE
-    finally:
-        os.close(master)
-        os.close(slave)
+        return first_sample(sampler)
 
 
-def test_nothing_is_painted_once_the_interface_has_the_terminal(simulated):
-    simulated("tour")
-    with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
-        snap = first_sample(sampler)
-    master, slave = os.openpty()
-    try:
-        frame = PlainFirstFrame(slave, size=lambda: os.terminal_size((80, 24)))
-        frame.close()
-        frame.paint(snap)
-        frame.leave()  # nothing was painted: nothing to leave
-        assert _read(master) == b""
-    finally:
-        os.close(master)
-        os.close(slave)
+def test_the_first_sample_is_painted_once_and_escaped(tour_sample, job_with_escape, pty):
+    master, slave = pty
+    size = os.terminal_size((160, 50))
+    frame = PlainFirstFrame(slave, size=lambda: size)
+    frame.paint(tour_sample)
+    frame.paint(tour_sample)  # once only
+    text = _read(master).decode()
+    assert text.startswith(ENTER + MARK) and text.count(ENTER) == 1
+    for gpu in tour_sample.gpus:
+        assert gpu.name in text
+    row = next(line for line in text.splitlines() if f" {job_with_escape.pid} " in line)
+    assert "\\x1b[2J" in row and "\\x07" in row  # shown, not acted on
+    assert "\x1b[2J" not in text.replace(ENTER, "") and "\x07" not in text
+    assert all(len(line.rstrip("\r")) <= 160 for line in text[len(ENTER):].split("\n"))
+    frame.leave()
+    assert _read(master).decode() == LEAVE
 
 
-def test_a_small_terminal_gets_as_many_lines_as_it_has(simulated):
-    simulated("tour")
-    with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
-        snap = first_sample(sampler)
-    master, slave = os.openpty()
-    try:
-        PlainFirstFrame(slave, size=lambda: os.terminal_size((40, 6))).paint(snap)
-        # (the terminal turns each \n into \r\n: lines end in \r)
-        lines = [line.rstrip("\r") for line in _read(master).decode()[len(ENTER):].split("\n")]
-        assert len(lines) == 6 and all(len(line) <= 40 for line in lines)
-    finally:
-        os.close(master)
-        os.close(slave)
+def test_nothing_is_painted_once_the_interface_has_the_terminal(tour_sample, pty):
+    master, slave = pty
+    frame = PlainFirstFrame(slave, size=lambda: os.terminal_size((80, 24)))
+    frame.close()
+    frame.paint(tour_sample)
+    frame.leave()  # nothing was painted: nothing to leave
+    assert _read(master) == b""
+
+
+def test_a_small_terminal_gets_as_many_lines_as_it_has(tour_sample, pty):
+    master, slave = pty
+    PlainFirstFrame(slave, size=lambda: os.terminal_size((40, 6))).paint(tour_sample)
+    # (the terminal turns each \n into \r\n: lines end in \r)
+    lines = [line.rstrip("\r") for line in _read(master).decode()[len(ENTER):].split("\n")]
+    assert len(lines) == 6 and all(len(line) <= 40 for line in lines)

@@ -6,7 +6,8 @@ benchmarks/bench_tui.py). The driver opens and the first sample is taken on the 
 thread meanwhile (early_start.py), so the GPUs and their processes are known first: this module
 writes them to the terminal's alternate screen at once, as a plain table, and the interface
 paints over it when it is ready (it enters the same alternate screen). Nothing here imports
-Textual; what comes from outside (process names, command lines) is escaped.
+Textual; the table is `gputop snapshot`'s (snapshot_text.py), which escapes what comes from
+processes.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from gputop.format import bytes_h, pct, safe_text
-from gputop.model import GpuSample, Snapshot
+from gputop.snapshot_text import format_snapshot
+
+if TYPE_CHECKING:
+    from gputop.model import Snapshot
 
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J"  # alternate screen, cursor hidden, cleared
 LEAVE = "\x1b[?25h\x1b[?1049l"
@@ -24,33 +28,11 @@ LEAVE = "\x1b[?25h\x1b[?1049l"
 MARK = "gputop: loading the interface..."
 
 
-def _gpu_line(gpu: GpuSample) -> str:
-    if gpu.lost:
-        return f"{gpu.index:>3}  {safe_text(gpu.name or 'GPU'):<24.24}  lost"
-    mem = f"{bytes_h(gpu.mem_used)} / {bytes_h(gpu.mem_total)}"
-    temp = "n/a" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C"
-    power = "n/a" if gpu.power_w is None else f"{gpu.power_w:.0f} W"
-    return (f"{gpu.index:>3}  {safe_text(gpu.name or 'GPU'):<24.24}  {pct(gpu.util_gpu):>5}  "
-            f"{mem:>15}  {temp:>5}  {power:>7}")
-
-
 def lines(snap: Snapshot, width: int, height: int) -> list[str]:
-    """The screen's lines (at most ``height``, each at most ``width`` cells): the host, every
-    GPU, then the GPUs' processes."""
-    host = snap.host
-    head = [f"{MARK}  {safe_text(host.hostname)}  CPU {pct(host.cpu_percent)}  "
-            f"MEM {bytes_h(host.memory_used)} / {bytes_h(host.memory_total)}"]
-    if not snap.driver.available:
-        head.append(f"no NVIDIA driver: {safe_text(snap.driver.error or 'n/a')}")
-    head.append("GPU  NAME                       UTIL         MEMORY   TEMP    POWER")
-    head += [_gpu_line(gpu) for gpu in snap.gpus]
-    head += ["", "    PID  USER        GPU   GPU MEM   CPU  COMMAND"]
-    for gpu in snap.gpus:
-        for proc in gpu.processes:
-            command = safe_text(proc.cmdline or proc.name)
-            head.append(f"{proc.pid:>7}  {safe_text(proc.user or '?'):<10.10}  {gpu.index:>3}  "
-                        f"{bytes_h(proc.gpu_mem):>8}  {pct(proc.cpu_percent):>4}  {command}")
-    return [line[:width] for line in head[:height]]
+    """The screen's lines (at most ``height``, each at most ``width`` cells): the mark, then
+    the sample as `gputop snapshot` prints it (the host, every GPU, their processes)."""
+    text = [MARK, *format_snapshot(snap, width).splitlines()]
+    return [line[:width] for line in text[:height]]
 
 
 class PlainFirstFrame:
