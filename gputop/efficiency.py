@@ -193,10 +193,12 @@ class EfficiencyTracker:
             gpu = main_gpu(placed.get(pid, ()))
             j_per_step, window = self._energy(pid, now, gpu, agent)
             out[pid] = efficiency(agent, gpu, j_per_step, window)
-        for pid in list(self._points):
-            if pid not in agents:
-                del self._points[pid]
-                self._gpu.pop(pid, None)
+        # A pid whose agent missed this tick's deadline (a busy process: the probe retries it
+        # later) keeps its window; it is forgotten once its newest point is a window old.
+        for pid in [p for p, pts in self._points.items()
+                    if p not in agents and (not pts or pts[-1][0] <= now - self.window_s)]:
+            del self._points[pid]
+            self._gpu.pop(pid, None)
         return out
 
     def _energy(self, pid: int, now: float, gpu: GpuSample | None, agent: dict[str, Any]
@@ -204,8 +206,7 @@ class EfficiencyTracker:
         steps = agent.get("steps")
         if (gpu is None or gpu.energy_j is None or isinstance(steps, bool)
                 or not isinstance(steps, int) or steps < 0):
-            self._points.pop(pid, None)
-            return None, None
+            return None, None  # nothing to add this tick; both counters still hold across it
         points = self._points.setdefault(pid, deque())
         if self._gpu.get(pid) != gpu.index or (points and (gpu.energy_j < points[-1][2]
                                                            or steps < points[-1][1])):

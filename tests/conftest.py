@@ -139,9 +139,20 @@ def end_processes(procs: Iterable[psutil.Process], timeout: float = 30.0) -> Non
                 pass
         victims.update(tree)
         pending = list(tree.values())
-    if victims:
-        # Our own children are reaped here; others are waited on until they are gone.
-        psutil.wait_procs(list(victims.values()), timeout=timeout)
+    # Our own children are reaped here; others are waited on until they are gone or zombies
+    # (dead: a zombie waits on its parent, which may be a hung rank that never reaps it).
+    alive = list(victims.values())
+    deadline = time.monotonic() + timeout
+    while alive and time.monotonic() < deadline:
+        _, alive = psutil.wait_procs(alive, timeout=0.2)
+        alive = [p for p in alive if not _zombie(p)]
+
+
+def _zombie(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True  # gone
 
 
 def end_popen(proc: subprocess.Popen, timeout: float = 30.0) -> None:

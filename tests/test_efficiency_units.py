@@ -136,6 +136,21 @@ def test_energy_per_step_over_the_window():
     assert tick(42.0, 5000.0, 61, index=1).j_per_step is None
 
 
+def test_a_tick_without_the_agents_reply_keeps_the_energy_window():
+    """A busy process's agent misses a tick's deadline (the probe asks it again later): its
+    J/step still spans the ticks around the gap; a pid silent for a whole window is forgotten."""
+    tracker = EfficiencyTracker(window_s=30.0)
+    g = GpuSample(**H100, energy_j=1000.0)
+    tracker.update(0.0, {7: [(g, 1 << 30)]}, {7: agent(steps=10)})
+    assert tracker.update(1.0, {7: [(g, 1 << 30)]}, {}) == {}  # no reply this tick
+    later = GpuSample(**H100, energy_j=1600.0)
+    eff = tracker.update(2.0, {7: [(later, 1 << 30)]}, {7: agent(steps=13)})[7]
+    assert eff.j_per_step == 200.0 and eff.energy_window_s == 2.0
+    tracker.update(40.0, {}, {})  # silent for more than the window: forgotten
+    assert tracker.update(41.0, {7: [(later, 1 << 30)]}, {7: agent(steps=14)})[7].j_per_step \
+        is None
+
+
 def test_a_process_is_on_the_gpu_where_it_holds_most_memory():
     tracker = EfficiencyTracker()
     small = GpuSample(index=0, name="NVIDIA A100-SXM4-80GB")

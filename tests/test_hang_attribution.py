@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from gputop.diagnostics.hang import FrDump, RankStack, StackFrame, attribute, read_dump
+from gputop.diagnostics.hang.attribution import IN_FLIGHT_S
 from gputop.diagnostics.hang.render import format_report
 from tests.conftest import DATA
 
@@ -78,6 +79,37 @@ def test_sixteen_ranks_three_kinds_of_group_name_the_rank_and_its_group():
     text = format_report(report)
     assert "rank 11 never reached all_reduce #42 of DATA_PARALLEL_GROUP; the 3 other ranks " \
         "have waited there for 158 s" in " ".join(text.split())
+
+
+def test_a_collective_in_flight_when_the_ranks_were_read_is_not_a_hang():
+    """Live records are read rank by rank: a rank read before its peers entered the collective
+    is not behind, and a wait under IN_FLIGHT_S when read is a collective in progress. The same
+    records read later (the wait long, every rank read after it began) name rank 11."""
+    began = T0 / 1e9 + 42.1  # the DP all_reduce #42 rank 11's peers wait in
+    early = _job(stop_rank=11, stop_at=42)
+    early[11] = replace(early[11], dumped_at=began - 0.3)
+    report = attribute(early)
+    assert not any(f.id == "hang" and f.seq == 42 and 11 in f.ranks and f.waiting_ranks ==
+                   (3, 7, 15) for f in report.findings), report.findings
+    assert "rank 11 was read before the others entered it" in told(report), report
+    short = {r: replace(d, dumped_at=began + 0.5) for r, d in
+             _job(stop_rank=11, stop_at=42).items()}
+    report = attribute(short, now=began + 0.5)
+    dp = [f for f in report.findings if f.process_group["desc"] == "DATA_PARALLEL_GROUP"]
+    assert dp == [] and report.verdict == "healthy" and "in flight (0.50 s" in told(report)
+    # Rank 11's process is gone (a live collection knows): the job's collectives cannot all
+    # complete, however short the others' wait so far.
+    gone = attribute({r: d for r, d in short.items() if r != 11}, now=began + 0.5, gone={11})
+    assert gone.verdict == "hang" and "in flight" not in told(gone), gone
+    late = {r: replace(d, dumped_at=began + IN_FLIGHT_S + 0.5) for r, d in
+            _job(stop_rank=11, stop_at=42).items()}
+    report = attribute(late, now=began + IN_FLIGHT_S + 0.5)
+    assert report.findings[0].ranks == (11,) and report.findings[0].waiting_ranks == (3, 7, 15)
+
+
+def told(report) -> str:
+    """What a report says beside its findings: its notes and why it is healthy."""
+    return " ".join((*report.notes, report.healthy_reason or ""))
 
 
 def test_a_live_stack_gives_the_named_rank_its_line():

@@ -46,10 +46,21 @@ def _dump(r: RankCollected, notes: list[str]) -> FrDump | None:
         notes.append(f"rank {r.rank}: its agent's fr_dump reply has no dump")
         return None
     try:
-        return read_dump_bytes(json.dumps(body).encode(), f"rank{r.rank}")
+        dump = read_dump_bytes(json.dumps(body).encode(), f"rank{r.rank}")
     except DumpError as exc:
         notes.append(f"rank {r.rank}: {safe_text(str(exc))}")
         return None
+    # The moment this rank's records were read (the agent's clock: the same host's): ranks are
+    # read one by one, and a rank read before the others entered a collective is not behind.
+    at, took = r.fr.get("time"), r.fr.get("dump_s")
+    if _seconds(at) and _seconds(took) is not None and took < 60:
+        return replace(dump, dumped_at=float(at) - float(took))
+    return dump
+
+
+def _seconds(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok and value == value and value != float("inf") else None
 
 
 def join(collection: HangCollection) -> LiveHang:
@@ -72,7 +83,8 @@ def join(collection: HangCollection) -> LiveHang:
     for rank, _ in collection.exited:
         notes.append(f"rank {rank} has no process any more (rank-exited): the others wait "
                      "for it; its last collectives are in the others' records only")
-    report = attribute(dumps, stacks, now=collection.time)
+    report = attribute(dumps, stacks, now=collection.time,
+                       gone={rank for rank, _ in collection.exited})
     return LiveHang(collection, _exited(report, collection), notes)
 
 

@@ -50,6 +50,13 @@ def standin_command(scenario: Scenario, index: int, parent: int, trainer: bool =
             *(["--origin", repr(origin)] if origin is not None else [])]
 
 
+def forked_workers(scenario: Scenario, index: int, trainer: bool = True) -> int:
+    """How many worker processes GPU ``index``'s stand-in forks: the torch.compile trainer
+    loads its few batches in the main process."""
+    gpu = scenario.gpus[index]
+    return 0 if gpu.compiled and trainer and torch_available() else gpu.workers
+
+
 def standin_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -191,8 +198,8 @@ def wait_ready(standins: StandIns, timeout: float = 10.0) -> bool:
     process)."""
     from gputop.collect.host import _ppid_map
 
-    want = {standins.procs[i].pid: gpu.workers for i, gpu in enumerate(standins.scenario.gpus)
-            if i in standins.procs and gpu.workers}
+    want = {proc.pid: n for i, proc in standins.procs.items()
+            if (n := forked_workers(standins.scenario, i, standins.trainer))}
     procs = {p.pid: p for p in standins.procs.values()}
     deadline = time.monotonic() + timeout
     while want:

@@ -22,6 +22,10 @@ PR_SET_PDEATHSIG = 1
 # A regression on demand (docs/simulated.md): `GPUTOP_DEMO_SLOWDOWN=30% gputop --demo
 # input-starved record ...` records the same job with every step 30 % slower.
 SLOWDOWN_ENV = "GPUTOP_DEMO_SLOWDOWN"
+# A paced job (docs/simulated.md): one blur pass per sample and a sleep after every step, so
+# that its step time hardly depends on the machine's load; runs made side by side on a busy
+# machine then compare (the regression gate's tests).
+PACE_ENV = "GPUTOP_DEMO_PACE_MS"
 
 
 def slowdown_fraction(text: str) -> float:
@@ -34,6 +38,17 @@ def slowdown_fraction(text: str) -> float:
     value = value / 100 if (text.strip().endswith("%") or value >= 1) else value
     if not 0 <= value <= 5:
         raise argparse.ArgumentTypeError(f"between 0% and 500% (got {text!r})")
+    return value
+
+
+def pace_ms(text: str) -> float:
+    """A sleep per step in milliseconds, 0 to 10 000."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"milliseconds like 25 (got {text!r})") from None
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"between 0 and 10000 ms (got {text!r})")
     return value
 
 
@@ -120,11 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--step-sleep-ms", type=float, default=0.0,
                         help="sleep after each step (a light job beside the others)")
+    parser.add_argument("--pace-ms", type=pace_ms, default=os.environ.get(PACE_ENV, "0"),
+                        metavar="MS",
+                        help="a paced job: one blur pass per sample and a sleep of MS after each "
+                             "step (made PCT longer by --slowdown), so that its step time hardly "
+                             f"depends on the machine's load; default ${PACE_ENV}, else 0")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model, with epochs of 7 batches and a last "
                              "smaller one: it recompiles on the last batch (the `recompiles` "
                              "finding)")
     args = parser.parse_args(argv)
+    if args.pace_ms:
+        args.transform_passes = 1
+        args.step_sleep_ms = args.pace_ms * (1 + args.slowdown)
 
     # A clean exit on SIGTERM, at a step boundary: atexit handlers run and the agent removes
     # its socket.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,10 @@ _UNEVEN = ("all_to_all", "alltoall", "_v", "gather", "scatter")
 # Verdicts beyond the finding ids.
 HEALTHY = "healthy"
 NO_RECORDS = "no-records"  # dumps with no collective recorded (Flight Recorder off or empty)
+# A collective its waiting ranks entered less than this long before their records were read
+# is in flight, not stuck: a healthy job's collectives last milliseconds, a hang lasts minutes
+# (NCCL's own watchdog: 10). Live records are read rank by rank, not at one instant.
+IN_FLIGHT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -262,10 +266,12 @@ def _waiting_line(e: FrEntry, g: GroupView) -> str:
 
 
 def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | None = None,
-              now: float | None = None) -> HangReport:
+              now: float | None = None, gone: Collection[int] = ()) -> HangReport:
     """Join the ranks' dumps (rank -> dump) into a verdict and findings. ``stacks`` (rank ->
     live stack) adds each named rank's line; ``now`` (epoch seconds) is the moment waits are
-    measured to: by default the latest dump's file time, else the latest record."""
+    measured to: by default the latest dump's file time, else the latest record. ``gone``:
+    ranks known to have no process any more (a live collection's): with one gone, the job's
+    collectives cannot all complete, so a short wait is not taken for one in flight."""
     missing = _missing_ranks(dumps)
     groups = _groups(dumps, missing)
     notes: list[str] = []
@@ -300,10 +306,16 @@ def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | Non
             waiting_in.setdefault(r, _waiting_line(e, g))
             waiting_group[r].add(g.id)
     findings: list[Finding] = []
+    flights: list[str] = []
     for g in groups:
         desync = _desyncs(g, dumps, stacks, waiting_in, now)
         findings += desync
-        if not desync:  # a desync explains its group's wait: no second finding for it
+        if desync:  # a desync explains its group's wait: no second finding for it
+            continue
+        flight = None if gone else _in_flight(g, pending[g.id], dumps, now)
+        if flight:
+            flights.append(flight)
+        else:
             findings += _hangs(g, pending[g.id], dumps, stacks, waiting_in, waiting_group, now)
     findings = _rank_root_causes(findings, waiting_group)
     if findings:
@@ -312,8 +324,10 @@ def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | Non
     else:
         verdict = HEALTHY
         last = {g.desc or g.id: max(g.last_completed.values(), default=-1) for g in groups}
-        reason = ("no collective in flight on any rank: " + ", ".join(
-            f"{k} completed #{v}" for k, v in last.items()))
+        reason = "; ".join(flights) if flights else (
+            "no collective in flight on any rank: " + ", ".join(
+                f"{k} completed #{v}" for k, v in last.items()))
+    notes += flights if findings else []
     return HangReport(verdict=verdict, findings=tuple(findings), ranks=tuple(sorted(dumps)),
                       missing_ranks=tuple(sorted(missing)), groups=tuple(groups),
                       notes=tuple(notes), healthy_reason=reason, measured_at=now,
@@ -323,6 +337,36 @@ def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | Non
 def _since(entries: list[FrEntry], now: float) -> float | None:
     created = [e.time_created_ns for e in entries if e.time_created_ns]
     return max(0.0, now - min(created) / 1e9) if created else None
+
+
+def _in_flight(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
+               now: float) -> str | None:
+    """Why the group's oldest pending collective is not (yet) a hang, or None when it may be.
+
+    Each rank's records are read at their own moment (``dumped_at``). A rank read before the
+    others entered the collective cannot be said to have never reached it; and waits shorter
+    than ``IN_FLIGHT_S`` at the waiting ranks' own reading are a collective in progress."""
+    if not pend:
+        return None
+    seq = min(e.seq for e in pend.values())
+    waiters = {r: e for r, e in pend.items() if e.seq == seq}
+    created = [e.time_created_ns / 1e9 for e in waiters.values() if e.time_created_ns]
+    if not created:
+        return None  # no times recorded: nothing to tell in flight from stuck
+    began = min(created)
+    behind = [r for r in g.dumped if g.last_enqueued.get(r, -1) < seq]
+    early = [r for r in behind if (dumps[r].dumped_at or now) < began]
+    waits = [(dumps[r].dumped_at or now) - e.time_created_ns / 1e9
+             for r, e in waiters.items() if e.time_created_ns]
+    what = f"{_op(next(iter(waiters.values())).op)} #{seq} of {_pg_name(g.id, g.desc)}"
+    if early and len(early) == len(behind):
+        return (f"{what} was in flight: {_ranks_h(early)} "
+                f"{'was' if len(early) == 1 else 'were'} read before the others entered it; "
+                "run it again to tell a hang")
+    if max(waits) < IN_FLIGHT_S:
+        return (f"{what} was in flight ({max(waits):.2f} s when read, under {IN_FLIGHT_S:.0f} "
+                "s): not a hang")
+    return None
 
 
 def _hangs(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
