@@ -8,10 +8,12 @@ these tests are skipped, except in CI (CI=true), where they fail: CI must run th
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -315,3 +317,48 @@ def test_the_demo_started_beside_its_checkout_trains_and_p_diagnoses(terminal, t
     proc.wait(timeout=SLOW)
     wait_for(lambda: "exit=0" in term.capture(), timeout=SLOW)
     shutil.rmtree(runtime, ignore_errors=True)
+
+
+# select(2)'s system call numbers (glibc calls pselect6) by machine.
+SELECT_CALLS = {"x86_64": {"23", "270"}, "aarch64": {"72"}}
+
+
+def _select_thread(proc: psutil.Process) -> int | None:
+    """The thread of ``proc`` waiting in select(2): Textual's input thread (asyncio waits in
+    epoll_wait, the others in futexes or sleeps)."""
+    calls = SELECT_CALLS[platform.machine()]
+    for thread in proc.threads():
+        try:
+            with open(f"/proc/{proc.pid}/task/{thread.id}/syscall") as f:
+                if f.read().split()[0] in calls:
+                    return thread.id
+        except (OSError, IndexError):
+            continue
+    return None
+
+
+def _wakeups(pid: int, tid: int) -> int:
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f
+                    if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_the_input_thread_sleeps_until_a_key_comes(terminal):
+    """Textual's input thread woke 10 times a second to poll for its exit and the escape
+    key's timeout (~5 % of the monitor's CPU): gputop's waits in select until a key, the
+    timeout or the exit wakes it; keys, a lone Escape (the timeout) and q still work."""
+    if platform.machine() not in SELECT_CALLS:
+        pytest.skip(f"select's system call number on {platform.machine()} is not known here")
+    term = terminal(160, 50)
+    proc = start(term)
+    wait_for_monitor(term)
+    tid = wait_for(lambda: _select_thread(proc), timeout=SLOW)
+    before = _wakeups(proc.pid, tid)
+    time.sleep(3.0)
+    woke = _wakeups(proc.pid, tid) - before
+    assert woke < 10, f"the input thread woke {woke} times in 3 s without a key"
+    term.keys("f")
+    wait_for(lambda: "findings:" in term.capture().splitlines()[0], timeout=SLOW)
+    term.keys("Escape")
+    wait_for(lambda: shows_monitor(term.capture()), timeout=SLOW)
+    quit_and_check_shell(term, proc)

@@ -88,13 +88,30 @@ def _search_dirs() -> list[tuple[Path, int]]:
     uid = os.geteuid()
     found = [(d, uid) for d in _base_dirs(uid)]
     if uid == 0 and scoped_dir() is None:
-        for name in _entries("/tmp"):
-            m = _USER_TMP.match(name) if name.startswith("gputop-") else None
-            if m and int(m.group(1)) != 0:
-                found.append((Path("/tmp") / name, int(m.group(1))))
-        for name in _entries("/run/user"):
-            if name.isdigit() and int(name) != 0:
-                found.append((Path("/run/user") / name / "gputop", int(name)))
+        found += _other_users(_entries("/tmp"), _entries("/run/user"))
+    return found
+
+
+# The last listings of /tmp and /run/user and the users' directories found in them: the
+# listings are the same objects while the directories are unchanged (``_listing``), and /tmp on
+# a shared node holds hundreds of entries to go through every tick otherwise.
+_users_seen: tuple[list[str], list[str], list[tuple[Path, int]]] | None = None
+
+
+def _other_users(tmp: list[str], run: list[str]) -> list[tuple[Path, int]]:
+    global _users_seen
+    seen = _users_seen
+    if seen is not None and seen[0] is tmp and seen[1] is run:
+        return seen[2]
+    found = []
+    for name in tmp:
+        m = _USER_TMP.match(name) if name.startswith("gputop-") else None
+        if m and int(m.group(1)) != 0:
+            found.append((Path("/tmp") / name, int(m.group(1))))
+    for name in run:
+        if name.isdigit() and int(name) != 0:
+            found.append((Path("/run/user") / name / "gputop", int(name)))
+    _users_seen = (tmp, run, found)
     return found
 
 

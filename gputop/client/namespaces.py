@@ -79,6 +79,10 @@ _foreign: dict[int, ForeignAgent] = {}  # by host pid, from the last discovery
 _told: set[tuple[int, int]] = set()  # (host pid, pid namespace) told their host pid
 _argv: dict[tuple[str, int, int | None], list[str]] = {}  # a foreign agent's command line
 _absent: dict[int, float] = {}  # host pid -> when no agent was found for it
+# GPU pids that run in this pid namespace (one NSpid): a process never changes its pid
+# namespace, so those are not read again while they stay on a GPU (one /proc read per GPU
+# process a tick otherwise); a pid that leaves the GPUs is forgotten, a reused one read afresh.
+_flat: set[int] = set()
 
 
 def _clean_argv(argv: Any) -> list[str]:
@@ -236,11 +240,15 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
     out: dict[int, dict[str, Any]] = {}
     if in_init_pidns():
         now = time.monotonic()
-        for pid in sorted(gpu_pids - set(known)):
+        _flat.intersection_update(gpu_pids)
+        for pid in sorted(gpu_pids - set(known) - _flat):
             if now - _absent.get(pid, -ABSENT_KEEP_S) < ABSENT_KEEP_S:
                 continue  # no agent there a moment ago: not looked for every tick
             inner = nspids(pid)
-            if not inner or len(inner) < 2:
+            if not inner:
+                continue
+            if len(inner) < 2:
+                _flat.add(pid)
                 continue
             status = agent_status(pid)
             if status is None:

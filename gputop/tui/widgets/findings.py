@@ -31,6 +31,7 @@ from gputop.diagnostics.findings import finding_key
 from gputop.format import safe_text
 from gputop.tui.severity import SEVERITY_MARK
 from gputop.tui.widgets.key_footer import KeyFooter
+from gputop.tui.widgets.scroll_range import set_virtual_size
 from gputop.tui.widgets.text_line import TextLine
 
 Piece = tuple[str, str | None]
@@ -291,8 +292,7 @@ class FindingsView(ScrollView, can_focus=True):
         if same == self._same and height < self.virtual_size.height:
             height = self.virtual_size.height
         self._same = same
-        if Size(width, height) != self.virtual_size:
-            self.virtual_size = Size(width, height)
+        set_virtual_size(self, Size(width, height))
         self.lines = lines
         if grown:  # a finding raised or cleared, or the detail rewrapped: keep it in view
             self.show_selected()

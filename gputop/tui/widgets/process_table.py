@@ -25,6 +25,7 @@ from textual.strip import Strip
 from gputop.model import Snapshot
 from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
 from gputop.tui.widgets.direct_lines import DirectLines
+from gputop.tui.widgets.scroll_range import set_virtual_size
 
 _RIGHT = {key for key, _, _, right in COLUMNS if right}
 CURSOR_MARK = "›"
@@ -268,7 +269,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         """Rows and the header, but never less than the view: a new virtual size lays out the
         whole screen again, and while the rows fit, a row that comes or goes changes
         nothing but the rows."""
-        self.virtual_size = Size(self.size.width, max(len(self.order) + 1, self.size.height))
+        set_virtual_size(self, Size(self.size.width, max(len(self.order) + 1, self.size.height)))
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
