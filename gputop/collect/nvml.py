@@ -23,13 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 from gputop.collect.mig import MigMixin, gpm_values
-from gputop.model import DriverInfo, GpuSample
+from gputop.model import DriverInfo, GpuSample, evolve
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +440,7 @@ class NvmlCollector(MigMixin):
         if tx is None and rx is None:
             return row
         # NVML reports PCIe throughput in KB/s.
-        sample = replace(sample, pcie_tx_mbs=None if tx is None else tx / 1000.0,
+        sample = evolve(sample, pcie_tx_mbs=None if tx is None else tx / 1000.0,
                          pcie_rx_mbs=None if rx is None else rx / 1000.0)
         return sample, procs, proc_util
 

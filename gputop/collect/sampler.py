@@ -15,7 +15,7 @@ from gputop.collect.nvml import NvmlCollector
 from gputop.collect.pidmap import PidResolver, Resolved
 from gputop.compile_health import compile_health
 from gputop.efficiency import EfficiencyTracker
-from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot
+from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot, evolve
 from gputop.pidns import in_init_pidns, ns_pid
 
 # Why a pid NVML reports is missing from /proc in the host's own pid namespace.
@@ -86,14 +86,14 @@ class Sampler:
                 if base is None:
                     base = measured[pid] = self._process(pid, resolved, agents)
                 gi, ci = instances.get(pid, (None, None))
-                rows.append(_with(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid),
+                rows.append(evolve(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid),
                                   gpu_instance=gi, compute_instance=ci,
                                   efficiency=efficiency.get(pid),
                                   compiled=compile_health(base.agent)))
-            gpus.append(_with(sample, processes=tuple(rows)))
+            gpus.append(evolve(sample, processes=tuple(rows)))
         shown = {p.pid for p in measured.values()} | gpu_pids
         others = tuple(
-            _with(self._identify(self.host.sample_process(pid)), agent=status,
+            evolve(self._identify(self.host.sample_process(pid)), agent=status,
                   efficiency=efficiency.get(pid), compiled=compile_health(status))
             for pid, status in sorted(agents.items())
             if pid not in shown and status.get("pid") in (pid, None)
@@ -117,11 +117,11 @@ class Sampler:
         if found is None:  # NVML's pids are ours
             base = self.host.sample_process(pid)
             if not base.visible:
-                base = _with(base, hidden=NOT_IN_PROC.format(pid=pid))
-            return _with(self._identify(base), agent=agents.get(pid))
+                base = evolve(base, hidden=NOT_IN_PROC.format(pid=pid))
+            return evolve(self._identify(base), agent=agents.get(pid))
         if found.local is not None:
             base = self._identify(self.host.sample_process(found.local))
-            return _with(base, host_pid=pid if found.local != pid else None,
+            return evolve(base, host_pid=pid if found.local != pid else None,
                          agent=agents.get(found.local))
         if found.agent is not None:  # an agent of another namespace reported this host pid
             argv = found.agent.get("argv")
@@ -142,20 +142,8 @@ class Sampler:
         inner, owner = self.identity.get(proc.pid, proc.create_time)
         if inner is None and owner is None:
             return proc
-        return _with(proc, ns_pid=inner, owner=owner)
+        return evolve(proc, ns_pid=inner, owner=owner)
 
 
 def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
-
-
-def _with(obj, **changes):
-    """``dataclasses.replace`` for the model's frozen dataclasses (no __post_init__, no
-    slots) without its walk over every field: a tick makes ~20 of these."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    unknown = changes.keys() - obj.__dict__.keys()
-    if unknown:
-        raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)[0]}")
-    new.__dict__.update(changes)
-    return new

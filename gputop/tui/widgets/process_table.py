@@ -236,10 +236,16 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
             self._set_virtual_size()
             self.refresh()
             return
+        regions = []  # one refresh for them all: each call walks up to the screen
         for index, key in enumerate(order):
             text = self._line_text(self.rows_by_key[key], index)
             if self._texts.get(key) != text:
-                self._refresh_row(index)
+                region = self._stale_row(index)
+                self._texts[key] = text  # drawn from this text, not made again
+                if region is not None:
+                    regions.append(region)
+        if regions:
+            self.refresh(*regions)
 
     # -- drawing ----------------------------------------------------------------------------
 
@@ -296,15 +302,20 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
 
     def _refresh_row(self, index: int) -> None:
         """Repaint row ``index`` if it is on screen (line 0 is the header)."""
+        region = self._stale_row(index)
+        if region is not None:
+            self.refresh(region)
+
+    def _stale_row(self, index: int) -> Region | None:
+        """Forget how row ``index`` was drawn; its region, if it is on screen."""
         if not 0 <= index < len(self.order):
-            return
+            return None
         key = self.order[index]
         self._texts.pop(key, None)
         self._strips.pop((key, True), None)
         self._strips.pop((key, False), None)
         y = index - self.scroll_offset.y + 1
-        if 1 <= y < self.size.height:
-            self.refresh(Region(0, y, self.size.width, 1))
+        return Region(0, y, self.size.width, 1) if 1 <= y < self.size.height else None
 
     def _style_set(self) -> tuple[Style, Style, Style]:
         if self._styles is None:
