@@ -303,6 +303,42 @@ def test_pcie_is_read_once_per_tick_on_helper_threads_all_gpus_at_once(sim_clock
         simnvml.uninstall()
 
 
+def test_after_the_first_tick_the_readers_read_their_shares_of_the_gpus(sim_clock):
+    """From the second tick, each reader thread reads its share of the GPUs as one task (the
+    tick waits once per reader, not once per GPU): every live GPU's TX and RX still once a
+    tick, on the readers, with a GPU that falls off the bus in a share named lost."""
+    import threading
+
+    class Recorded(simnvml.SimulatedNvml):
+        threads: set[str] = set()
+
+        def nvmlDeviceGetPcieThroughput(self, handle, counter, out):
+            self.threads.add(threading.current_thread().name)
+            return super().nvmlDeviceGetPcieThroughput(handle, counter, out)
+
+    sim = simnvml.install(Recorded(SCENARIOS["tour"], clock=sim_clock))  # 10 GPUs: 2 readers
+    try:
+        collector, _ = open_collector()
+        collector.sample()  # the first tick: every GPU on its own thread
+        for t in (1.0, 2.0, 3.0):
+            sim_clock.t = t
+            sim.threads.clear()
+            before = sim.calls["nvmlDeviceGetPcieThroughput"]
+            rows = collector.sample()
+            live = [g for g, _, _ in rows if not g.lost]
+            assert sim.calls["nvmlDeviceGetPcieThroughput"] - before == 2 * len(live) == 20
+            assert all(g.pcie_rx_mbs is not None and g.pcie_tx_mbs is not None for g in live)
+            assert len(sim.threads) <= 2 and all(n.startswith("gputop-pcie") for n in sim.threads)
+        sim.gpu_faults[3] = simnvml.GPU_IS_LOST  # GPU 3 shares a reader with 1, 5, 7, 9
+        sim_clock.t = 4.0
+        rows = collector.sample()
+        assert [g.index for g, _, _ in rows if g.lost] == [3]
+        assert all(g.pcie_rx_mbs is not None for g, _, _ in rows if g.index in (1, 5, 9))
+        collector.close()
+    finally:
+        simnvml.uninstall()
+
+
 def test_a_gpu_whose_handle_turns_invalid_is_lost_and_raises_hardware_errors(simulated,
                                                                             sim_clock):
     """Mid-run, every call on GPU 1's handle answers INVALID_ARGUMENT (not GPU_IS_LOST): it is

@@ -146,7 +146,10 @@ class NvmlCollector(MigMixin):
         self._open = False
         self._pcie_first: ThreadPoolExecutor | None = None  # the first tick's, all GPUs at once
         self._pcie_pool: ThreadPoolExecutor | None = None  # then one reader thread
-        self._pcie: dict[int, Future] = {}  # GPU index -> its (tx, rx) being read
+        self._pcie_readers = 1
+        # GPU index -> the read of its (tx, rx): its own on the first tick, then its reader's
+        # share of the tick (one future for several GPUs: _read_pcie_share)
+        self._pcie: dict[int, Future] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -358,17 +361,39 @@ class NvmlCollector(MigMixin):
                                                   thread_name_prefix="gputop-pcie")
             self._pcie = {d.index: self._pcie_first.submit(self._read_pcie, d) for d in wanted}
             self._pcie_first.shutdown(wait=False)
-            readers = min(16, -(-len(wanted) // GPUS_PER_READER))
-            self._pcie_pool = ThreadPoolExecutor(max_workers=readers,
+            self._pcie_readers = min(16, -(-len(wanted) // GPUS_PER_READER))
+            self._pcie_pool = ThreadPoolExecutor(max_workers=self._pcie_readers,
                                                  thread_name_prefix="gputop-pcie")
             return
-        self._pcie = {d.index: self._pcie_pool.submit(self._read_pcie, d) for d in wanted}
+        self._pcie = {}
+        for n in range(self._pcie_readers):
+            share = wanted[n::self._pcie_readers]
+            if share:
+                future = self._pcie_pool.submit(self._read_pcie_share, share)
+                self._pcie.update(dict.fromkeys((d.index for d in share), future))
+
+    def _read_pcie_share(self, devs: list[_Device]) -> dict[int, tuple | _Lost]:
+        """One reader's GPUs of a tick, in turn, as one task: the tick's thread then wakes
+        once per reader instead of once per GPU (each wake-up, after the 20 ms reads, cost
+        ~60 us of CPU: 0.6 ms a tick at 10 GPUs)."""
+        out: dict[int, tuple | _Lost] = {}
+        for dev in devs:
+            try:
+                out[dev.index] = self._read_pcie(dev)
+            except _Lost as lost:  # this GPU fell off the bus; the others are read
+                out[dev.index] = lost
+        return out
 
     def _take_pcie(self, dev: _Device) -> tuple[int | None, int | None]:
         future = self._pcie.pop(dev.index, None)
         if future is None:
             return None, None
-        return future.result()  # raises _Lost for a GPU that fell off the bus
+        got = future.result()  # raises _Lost for a GPU that fell off the bus (first tick)
+        if isinstance(got, dict):  # a reader's share
+            got = got.get(dev.index, (None, None))
+            if isinstance(got, _Lost):
+                raise got
+        return got
 
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
         empty = dict.fromkeys(GPM_METRICS)
@@ -430,7 +455,7 @@ class NvmlCollector(MigMixin):
                 log.info("GPU %d fell off the bus", dev.index)
                 out[i] = (self._lost_sample(dev), [], {})
         pending, self._pcie = self._pcie, {}
-        for future in pending.values():  # a GPU lost meanwhile: let its read finish
+        for future in set(pending.values()):  # a GPU lost meanwhile: let its read finish
             future.cancel()
         return out
 
