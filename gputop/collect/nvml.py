@@ -466,7 +466,7 @@ class NvmlCollector(MigMixin):
             return row
         # NVML reports PCIe throughput in KB/s.
         sample = evolve(sample, pcie_tx_mbs=None if tx is None else tx / 1000.0,
-                         pcie_rx_mbs=None if rx is None else rx / 1000.0)
+                        pcie_rx_mbs=None if rx is None else rx / 1000.0)
         return sample, procs, proc_util
 
     def _slow_fields(self, dev: _Device) -> dict[str, Any]:

@@ -87,14 +87,14 @@ class Sampler:
                     base = measured[pid] = self._process(pid, resolved, agents)
                 gi, ci = instances.get(pid, (None, None))
                 rows.append(evolve(base, gpu_mem=gpu_mem, sm_util=proc_util.get(pid),
-                                  gpu_instance=gi, compute_instance=ci,
-                                  efficiency=efficiency.get(pid),
-                                  compiled=compile_health(base.agent)))
+                                   gpu_instance=gi, compute_instance=ci,
+                                   efficiency=efficiency.get(pid),
+                                   compiled=compile_health(base.agent)))
             gpus.append(evolve(sample, processes=tuple(rows)))
         shown = {p.pid for p in measured.values()} | gpu_pids
         others = tuple(
             evolve(self._identify(self.host.sample_process(pid)), agent=status,
-                  efficiency=efficiency.get(pid), compiled=compile_health(status))
+                   efficiency=efficiency.get(pid), compiled=compile_health(status))
             for pid, status in sorted(agents.items())
             if pid not in shown and status.get("pid") in (pid, None)
         )
@@ -122,7 +122,7 @@ class Sampler:
         if found.local is not None:
             base = self._identify(self.host.sample_process(found.local))
             return evolve(base, host_pid=pid if found.local != pid else None,
-                         agent=agents.get(found.local))
+                          agent=agents.get(found.local))
         if found.agent is not None:  # an agent of another namespace reported this host pid
             argv = found.agent.get("argv")
             argv = [a for a in argv if isinstance(a, str)] if isinstance(argv, list) else []
