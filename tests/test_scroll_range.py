@@ -3,6 +3,8 @@ the scrollbar shows or hides, or the width changes (gputop/tui/widgets/scroll_ra
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from textual.app import App, ComposeResult
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -20,16 +22,23 @@ class LinesApp(App):
         yield Lines()
 
 
-@run_async
-async def test_a_longer_scroll_range_with_the_scrollbar_shown_needs_no_layout():
+@asynccontextmanager
+async def lines_of(height: int):
+    """A running app whose 6-line view scrolls over ``height`` lines: (pilot, view)."""
     app = LinesApp()
     async with app.run_test(size=(40, 12)) as pilot:
         view = app.query_one(Lines)
-        view.virtual_size = Size(39, 10)
+        view.virtual_size = Size(39, height)
         await pilot.pause()
+        yield pilot, view
+
+
+@run_async
+async def test_a_longer_scroll_range_with_the_scrollbar_shown_needs_no_layout():
+    async with lines_of(10) as (pilot, view):
         assert view.show_vertical_scrollbar
         layouts = []
-        screen = app.screen
+        screen = pilot.app.screen
         refresh_layout = screen._refresh_layout
 
         def counted(*args, **kwargs):
@@ -59,11 +68,7 @@ async def test_a_longer_scroll_range_with_the_scrollbar_shown_needs_no_layout():
 
 @run_async
 async def test_a_scroll_position_past_the_new_end_takes_the_layout():
-    app = LinesApp()
-    async with app.run_test(size=(40, 12)) as pilot:
-        view = app.query_one(Lines)
-        view.virtual_size = Size(39, 40)
-        await pilot.pause()
+    async with lines_of(40) as (pilot, view):
         view.scroll_end(animate=False, immediate=True)
         await pilot.pause()
         assert view.scroll_offset.y == 34

@@ -18,6 +18,7 @@ from gputop.diagnostics.hang.attribution import HangFinding, HangReport, attribu
 from gputop.diagnostics.hang.dumps import DumpError, FrDump, read_dump_bytes
 from gputop.diagnostics.hang.stacks import RankStack, StackFrame
 from gputop.format import safe_text
+from gputop.validate import number
 
 
 @dataclass
@@ -52,15 +53,10 @@ def _dump(r: RankCollected, notes: list[str]) -> FrDump | None:
         return None
     # The moment this rank's records were read (the agent's clock: the same host's): ranks are
     # read one by one, and a rank read before the others entered a collective is not behind.
-    at, took = r.fr.get("time"), r.fr.get("dump_s")
-    if _seconds(at) and _seconds(took) is not None and took < 60:
+    at, took = number(r.fr.get("time"), low=0), number(r.fr.get("dump_s"), 0, 60)
+    if at and took is not None and took < 60:
         return replace(dump, dumped_at=float(at) - float(took))
     return dump
-
-
-def _seconds(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-    return float(value) if ok and value == value and value != float("inf") else None
 
 
 def join(collection: HangCollection) -> LiveHang:

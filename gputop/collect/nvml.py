@@ -147,8 +147,8 @@ class NvmlCollector(MigMixin):
         self._pcie_first: ThreadPoolExecutor | None = None  # the first tick's, all GPUs at once
         self._pcie_pool: ThreadPoolExecutor | None = None  # then one reader thread
         self._pcie_readers = 1
-        # GPU index -> the read of its (tx, rx): its own on the first tick, then its reader's
-        # share of the tick (one future for several GPUs: _read_pcie_share)
+        # GPU index -> the read of its thread's share of the tick's GPUs (one future for
+        # several GPUs: _read_pcie_share)
         self._pcie: dict[int, Future] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -357,19 +357,24 @@ class NvmlCollector(MigMixin):
         if self._pcie_pool is None:
             # The first tick: all GPUs at once, on threads that end once these reads are done
             # (a shutdown that does not wait lets them finish).
-            self._pcie_first = ThreadPoolExecutor(max_workers=min(16, len(wanted)),
+            first = min(16, len(wanted))
+            self._pcie_first = ThreadPoolExecutor(max_workers=first,
                                                   thread_name_prefix="gputop-pcie")
-            self._pcie = {d.index: self._pcie_first.submit(self._read_pcie, d) for d in wanted}
+            self._submit_shares(self._pcie_first, wanted, first)  # all at once, to 16
             self._pcie_first.shutdown(wait=False)
             self._pcie_readers = min(16, -(-len(wanted) // GPUS_PER_READER))
             self._pcie_pool = ThreadPoolExecutor(max_workers=self._pcie_readers,
                                                  thread_name_prefix="gputop-pcie")
             return
+        self._submit_shares(self._pcie_pool, wanted, self._pcie_readers)
+
+    def _submit_shares(self, pool: ThreadPoolExecutor, wanted: list[_Device],
+                       shares: int) -> None:
         self._pcie = {}
-        for n in range(self._pcie_readers):
-            share = wanted[n::self._pcie_readers]
+        for n in range(shares):
+            share = wanted[n::shares]
             if share:
-                future = self._pcie_pool.submit(self._read_pcie_share, share)
+                future = pool.submit(self._read_pcie_share, share)
                 self._pcie.update(dict.fromkeys((d.index for d in share), future))
 
     def _read_pcie_share(self, devs: list[_Device]) -> dict[int, tuple | _Lost]:
@@ -388,11 +393,9 @@ class NvmlCollector(MigMixin):
         future = self._pcie.pop(dev.index, None)
         if future is None:
             return None, None
-        got = future.result()  # raises _Lost for a GPU that fell off the bus (first tick)
-        if isinstance(got, dict):  # a reader's share
-            got = got.get(dev.index, (None, None))
-            if isinstance(got, _Lost):
-                raise got
+        got = future.result().get(dev.index, (None, None))  # its reader's share
+        if isinstance(got, _Lost):
+            raise got
         return got
 
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
