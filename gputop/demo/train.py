@@ -102,6 +102,20 @@ def end_with_parent(parent_pid: int, stop: StopFlag) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+# DataLoader workers run below the trainer's priority: on a node with a core per process the
+# trainer's own step is never descheduled by its workers, and on a small busy machine (the
+# demo's, a test's) it should not be either, or a capture reads the wait as host work.
+WORKER_NICE = 5
+
+
+def lower_worker_priority(_worker_id: int) -> None:
+    """A DataLoader worker's init: yield the CPU to the trainer when both want it."""
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gputop.demo.train", description=__doc__)
     parser.add_argument(
@@ -228,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         shuffle=True,
         num_workers=args.num_workers,
+        worker_init_fn=lower_worker_priority,
     )
     step = 0
     try:
