@@ -11,7 +11,7 @@ import pytest
 from gputop.collect.nvml import SLOW_EVERY, NvmlCollector, decode_clock_events
 from gputop.model import GpuSample
 from gputop.sim import nvml as simnvml
-from gputop.sim.scenarios import SCENARIOS
+from gputop.sim.scenarios import SCENARIOS, reading
 
 BASICS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w", "energy_j",
           "pcie_tx_mbs", "pcie_rx_mbs", "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz")
@@ -305,8 +305,9 @@ def test_pcie_is_read_once_per_tick_on_helper_threads_all_gpus_at_once(sim_clock
 
 def test_after_the_first_tick_the_readers_read_their_shares_of_the_gpus(sim_clock):
     """From the second tick, each reader thread reads its share of the GPUs as one task (the
-    tick waits once per reader, not once per GPU): every live GPU's TX and RX still once a
-    tick, on the readers, with a GPU that falls off the bus in a share named lost."""
+    tick waits once per reader, not once per GPU): every live GPU without GPM (the tour's 2
+    A100s and 2 L40Ss; its H100s count PCIe in GPM) has its TX and RX read once a tick, on the
+    readers, with a GPU that falls off the bus in a share named lost."""
     import threading
 
     class Recorded(simnvml.SimulatedNvml):
@@ -326,14 +327,15 @@ def test_after_the_first_tick_the_readers_read_their_shares_of_the_gpus(sim_cloc
             before = sim.calls["nvmlDeviceGetPcieThroughput"]
             rows = collector.sample()
             live = [g for g, _, _ in rows if not g.lost]
-            assert sim.calls["nvmlDeviceGetPcieThroughput"] - before == 2 * len(live) == 20
+            legacy = [g for g in live if "H100" not in g.name]
+            assert sim.calls["nvmlDeviceGetPcieThroughput"] - before == 2 * len(legacy) == 8
             assert all(g.pcie_rx_mbs is not None and g.pcie_tx_mbs is not None for g in live)
             assert len(sim.threads) <= 2 and all(n.startswith("gputop-pcie") for n in sim.threads)
-        sim.gpu_faults[3] = simnvml.GPU_IS_LOST  # GPU 3 shares a reader with 1, 5, 7, 9
+        sim.gpu_faults[1] = simnvml.GPU_IS_LOST  # GPU 1 shares a reader with 7 (0 and 6: the other)
         sim_clock.t = 4.0
         rows = collector.sample()
-        assert [g.index for g, _, _ in rows if g.lost] == [3]
-        assert all(g.pcie_rx_mbs is not None for g, _, _ in rows if g.index in (1, 5, 9))
+        assert [g.index for g, _, _ in rows if g.lost] == [1]
+        assert all(g.pcie_rx_mbs is not None for g, _, _ in rows if g.index in (0, 6, 7))
         collector.close()
     finally:
         simnvml.uninstall()
@@ -403,3 +405,46 @@ def test_snapshot_says_why_no_gpu_is_listed_and_never_driver_none(simulated, cap
     assert main(["snapshot", "--json"]) == 0
     driver = json.loads(capsys.readouterr().out)["driver"]
     assert driver["available"] and "Not Supported" in driver["error"]
+
+
+def test_a_gpu_whose_gpm_counts_pcie_is_not_read_with_the_blocking_calls(sim_clock):
+    """A Hopper GPU's GPM counts PCIe traffic in MiB/s between its two samples (nvml.h): from
+    the second tick its TX and RX come from there, in MB/s as the legacy KB/s read gives them,
+    without nvmlDeviceGetPcieThroughput (20 ms of blocking per direction). Where its GPM stops
+    answering, the next tick reads PCIe the legacy way again."""
+
+    class Counted(simnvml.SimulatedNvml):
+        read: list[int] = []
+        gpm_off = False
+
+        def nvmlDeviceGetPcieThroughput(self, handle, counter, out):
+            self.read.append(self._field(handle, None)[0])
+            return super().nvmlDeviceGetPcieThroughput(handle, counter, out)
+
+        def nvmlGpmSampleGet(self, handle, sample):
+            if self.gpm_off:
+                return simnvml.NOT_SUPPORTED
+            return super().nvmlGpmSampleGet(handle, sample)
+
+    sim = simnvml.install(Counted(SCENARIOS["tour"], clock=sim_clock))
+    try:
+        collector, _ = open_collector([4])  # the tour's pcie-bound H100
+        collector.sample()
+        sim.read.clear()
+        sim_clock.t = 1.0
+        gpu = collector.sample()[0][0]
+        want = reading(SCENARIOS["tour"].gpus[4], 4, 1.0, 0)
+        assert sim.read == []
+        # GPM's readings are kept to 0.01 MiB/s (0.0105 MB/s).
+        assert gpu.pcie_rx_mbs == pytest.approx(want.pcie_rx_kbs / 1000, abs=0.011)
+        assert gpu.pcie_tx_mbs == pytest.approx(want.pcie_tx_kbs / 1000, abs=0.011)
+        sim.gpm_off = True  # GPM refuses from now on
+        sim_clock.t = 2.0
+        collector.sample()  # its GPM reading fails: no PCIe from it this tick
+        sim_clock.t = 3.0
+        gpu = collector.sample()[0][0]
+        assert sim.read == [4, 4]  # TX and RX, the legacy way
+        assert gpu.pcie_rx_mbs is not None and gpu.pcie_tx_mbs is not None
+        collector.close()
+    finally:
+        simnvml.uninstall()

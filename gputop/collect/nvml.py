@@ -61,6 +61,15 @@ GPM_METRICS = {
     "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
 }
+# A whole GPU's GPM also counts its PCIe traffic (MiB/s between the two samples, nvml.h): where
+# it does, the tick needs no nvmlDeviceGetPcieThroughput, which blocks 20 ms per direction and
+# samples only those 20 ms of the second.
+DEVICE_GPM_METRICS = {
+    **GPM_METRICS,
+    "pcie_tx_mibs": pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+    "pcie_rx_mibs": pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+}
+MIB_IN_MB = 1024 * 1024 / 1e6
 
 
 def decode_clock_events(mask: int) -> tuple[str, ...]:
@@ -95,6 +104,7 @@ class _Device:
     gpm_prev: Any = None
     gpm_spare: Any = None  # the sample before gpm_prev, reused for the next reading
     gpm_checked: bool = False
+    pcie_from_gpm: bool = False  # the last tick's GPM counted PCIe: no blocking reads
     proc_util_seen: int = 0
     lost: bool = False
     ticks: int = 0  # samples taken: the slow fields are read every SLOW_EVERY of them
@@ -350,8 +360,8 @@ class NvmlCollector(MigMixin):
         """Start this tick's PCIe reads (they take the driver 20 ms each)."""
         if self._pcie or not self._open:
             return
-        wanted = [d for d in self.devices
-                  if not d.lost and not {"pcie_tx", "pcie_rx"} <= d.unsupported]
+        wanted = [d for d in self.devices if not d.lost and not d.pcie_from_gpm
+                  and not {"pcie_tx", "pcie_rx"} <= d.unsupported]
         if not wanted:
             return
         if self._pcie_pool is None:
@@ -399,7 +409,7 @@ class NvmlCollector(MigMixin):
         return got
 
     def _gpm(self, dev: _Device) -> dict[str, float | None]:
-        empty = dict.fromkeys(GPM_METRICS)
+        empty = dict.fromkeys(DEVICE_GPM_METRICS)
         if "gpm" in dev.unsupported:
             return empty
         if not dev.gpm_checked:
@@ -425,7 +435,7 @@ class NvmlCollector(MigMixin):
         if prev is None:
             return empty  # GPM metrics are rates between two samples: wait for the next tick
         try:
-            return gpm_values(prev, sample, GPM_METRICS)
+            return gpm_values(prev, sample, DEVICE_GPM_METRICS)
         finally:
             dev.gpm_spare = prev
 
@@ -506,7 +516,14 @@ class NvmlCollector(MigMixin):
         slow = self._slow_fields(dev)
         limit_mw = slow["power_limit"]
         energy_mj = self._get(dev, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption)
-        tx, rx = None, None  # filled in at the end of the tick (sample: _with_pcie)
+        gpm = self._gpm(dev)
+        # From GPM where it counts PCIe; else filled in at the end of the tick (_with_pcie).
+        tx, rx = gpm["pcie_tx_mibs"], gpm["pcie_rx_mibs"]
+        dev.pcie_from_gpm = tx is not None and rx is not None
+        if dev.pcie_from_gpm:
+            tx, rx = round(tx * MIB_IN_MB, 2), round(rx * MIB_IN_MB, 2)
+        else:
+            tx = rx = None
         gen, width = slow["pcie_gen"], slow["pcie_width"]
         temp = self._get(dev, "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
         fan = slow["fan"]
@@ -515,7 +532,6 @@ class NvmlCollector(MigMixin):
         events = self._clock_events(dev)
         pstate = slow["pstate"]
         ecc, ecc_corrected = slow["ecc"], slow["ecc_corrected"]
-        gpm = self._gpm(dev)
         mig_mode, mig, mig_procs = self.mig_sample(dev, GPM_METRICS)
         # With MIG on, the processes are read per MIG device (their GPU instance known).
         procs = mig_procs if mig_mode else self._processes(dev)

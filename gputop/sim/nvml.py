@@ -467,6 +467,9 @@ class SimulatedNvml(SimulatedMig):
             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: r.sm_occupancy,
             pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: r.tensor_active,
             pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: r.dram_active,
+            # GPM counts PCIe in MiB/s over the samples' interval (the legacy read: KB/s).
+            pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: r.pcie_tx_kbs * 1000 / scenarios.MIB,
+            pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: r.pcie_rx_kbs * 1000 / scenarios.MIB,
         }
         for i in range(request.numMetrics):
             metric = request.metrics[i]
