@@ -29,6 +29,7 @@ from typing import Any
 import pynvml
 
 from gputop.collect.mig import MigMixin, gpm_values
+from gputop.format import MIB
 from gputop.model import DriverInfo, GpuSample, evolve
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,6 @@ DEVICE_GPM_METRICS = {
     "pcie_tx_mibs": pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
     "pcie_rx_mibs": pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
 }
-MIB_IN_MB = 1024 * 1024 / 1e6
 
 
 def decode_clock_events(mask: int) -> tuple[str, ...]:
@@ -518,12 +518,11 @@ class NvmlCollector(MigMixin):
         energy_mj = self._get(dev, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption)
         gpm = self._gpm(dev)
         # From GPM where it counts PCIe; else filled in at the end of the tick (_with_pcie).
-        tx, rx = gpm["pcie_tx_mibs"], gpm["pcie_rx_mibs"]
-        dev.pcie_from_gpm = tx is not None and rx is not None
-        if dev.pcie_from_gpm:
-            tx, rx = round(tx * MIB_IN_MB, 2), round(rx * MIB_IN_MB, 2)
-        else:
-            tx = rx = None
+        tx_mib, rx_mib = gpm["pcie_tx_mibs"], gpm["pcie_rx_mibs"]
+        dev.pcie_from_gpm = tx_mib is not None and rx_mib is not None
+        tx = rx = None
+        if tx_mib is not None and rx_mib is not None:
+            tx, rx = round(tx_mib * MIB / 1e6, 2), round(rx_mib * MIB / 1e6, 2)  # MB/s
         gen, width = slow["pcie_gen"], slow["pcie_width"]
         temp = self._get(dev, "temperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
         fan = slow["fan"]

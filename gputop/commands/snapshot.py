@@ -53,9 +53,8 @@ def take_snapshot(args: argparse.Namespace) -> Snapshot:
     # Measuring, the demo's window starts once its trainer has forked its workers: its agent
     # answers by then, so its energy per step has a reading at both ends of the window (torch's
     # import alone can take over 10 s on a busy machine).
-    wait = max(10.0, measure) if measure else 10.0
-    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=wait, host=host,
-                      trainer=bool(measure), demo_elapsed=STARTUP_S + 1.0) as sampler:
+    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=max(10.0, measure),
+                      host=host, trainer=bool(measure), demo_elapsed=STARTUP_S + 1.0) as sampler:
         if measure:
             sampler.sample()  # the processes' counters start here
             time.sleep(measure)
