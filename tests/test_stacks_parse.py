@@ -138,3 +138,18 @@ def test_text_from_the_process_is_escaped_when_printed():
     report = build_report(1, 1.0, 100, [stack(1, 1, evil, 5)], None)
     text = format_stacks(report, "python \x1b]0;title\x07")
     assert "\x1b" not in text and "\u202e" not in text and "\\x1b" in text
+
+
+def test_py_spys_files_are_read_up_to_their_bound(tmp_path):
+    """A file of py-spy's is read whole up to its bound and refused beyond it (None); a
+    missing one reads as empty. The bound is on what is read, never a buffer that size."""
+    from gputop.stacks.pyspy import _read_bounded
+
+    path = tmp_path / "dump.json"
+    path.write_bytes(b"x" * 200_000)
+    assert _read_bounded(path, 200_000) == "x" * 200_000
+    assert _read_bounded(path, 199_999) is None
+    assert _read_bounded(path, 16 * 1024 * 1024) == "x" * 200_000
+    path.write_bytes("é\n".encode())
+    assert _read_bounded(path, 3) == "é\n" and _read_bounded(path, 2) is None
+    assert _read_bounded(tmp_path / "gone", 10) == ""

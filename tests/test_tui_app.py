@@ -109,6 +109,26 @@ async def test_stale_frames_are_dropped_not_queued():
         assert app.frame.seq == app.feed.latest_seq and app.frames_dropped >= 1
 
 
+@run_async
+async def test_a_long_run_keeps_no_regions_from_past_frames():
+    """Each frame repaints the cells that changed. Textual keeps every region passed to a
+    widget's refresh() until its own render_line renders it; the GPU panel and the process
+    table render their lines themselves, so that set grew by each frame's changed spans
+    for as long as the monitor ran (~14 regions a second on the tour: a leak)."""
+    app = GputopApp(snapshots=TOUR[:30])
+    async with app.run_test(size=(160, 50)) as pilot:
+        await started(pilot)
+        for snap in TOUR[30:]:
+            app.feed.history.record(snap)
+            seq = app.feed.latest_seq
+            app.feed.request_frame()
+            await until(pilot, lambda seq=seq: app.frame.seq > seq)
+            await pilot.pause()  # painted
+        for widget in (app.gpu_panel, app.table):
+            kept = len(widget._dirty_regions)
+            assert widget.virtual_size.height and kept <= widget.virtual_size.height, (widget, kept)
+
+
 @pytest.mark.parametrize("key", ["q", "ctrl+c"])
 @run_async
 async def test_quit_keys_exit_without_signalling(key, sleeper):

@@ -36,6 +36,7 @@ MAX_SECONDS = 600
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes of one raw file read; beyond that the file is refused
 MAX_DUMP = 4 * 1024 * 1024
 MAX_DUMPS = 16  # processes whose threads are dumped: the main one and 15 workers
+_CHUNK = 65536
 DUMP_TIMEOUT_S = 10.0
 START_GRACE_S = 15.0  # py-spy's own start-up, on a busy machine
 PY_SPY_ENV = "GPUTOP_PY_SPY"  # path of the py-spy binary to use; empty: never use py-spy
@@ -71,14 +72,21 @@ def unusable_reason(pid: int) -> str | None:
 
 
 def _read_bounded(path: Path, limit: int) -> str | None:
+    """The file as text, None when it holds more than ``limit`` bytes. Read in chunks: one
+    read of ``limit + 1`` bytes allocates that much whatever the file holds (16 MiB in the
+    monitor for a dump of a few KiB)."""
+    chunks: list[bytes] = []
+    size = 0
     try:
         with open(path, "rb") as f:
-            data = f.read(limit + 1)
+            while chunk := f.read(min(_CHUNK, limit + 1 - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    return None
     except OSError:
         return ""
-    if len(data) > limit:
-        return None
-    return data.decode("utf-8", errors="replace")
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _failure(pid: int, stderr: str) -> StacksError:

@@ -92,6 +92,10 @@ class DirectLines(_Base):
         return self.scrollable_content_region.width or self.size.width
 
     def render_lines(self, crop: Region) -> list[Strip]:
+        # Textual keeps the regions passed to refresh() until Widget.render_line renders
+        # them; these widgets render their own lines, so the set only grew: the GPU panel's
+        # changed spans, ~14 new regions a tick, without end (Textual 8; issue 40).
+        self._dirty_regions.clear()
         if not self._draws_itself():
             return super().render_lines(crop)
         # As wide as the content (and padding), as the styling pass leaves them: a
