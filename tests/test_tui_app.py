@@ -3,6 +3,7 @@ and once on the real sampler thread over a demo scenario."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
@@ -10,6 +11,7 @@ import sys
 
 import psutil
 import pytest
+from textual.strip import Strip
 
 from gputop.model import ProcSample, WorkerSample
 from gputop.tui.app import FrameReady, GputopApp
@@ -114,7 +116,8 @@ async def test_a_long_run_keeps_no_regions_from_past_frames():
     """Each frame repaints the cells that changed. Textual keeps every region passed to a
     widget's refresh() until its own render_line renders it; the GPU panel and the process
     table render their lines themselves, so that set grew by each frame's changed spans
-    for as long as the monitor ran (~14 regions a second on the tour: a leak)."""
+    for as long as the monitor ran (~14 regions a second on the tour: a leak). And the
+    lines the screen stops showing are freed at once."""
     app = GputopApp(snapshots=TOUR[:30])
     async with app.run_test(size=(160, 50)) as pilot:
         await started(pilot)
@@ -127,6 +130,16 @@ async def test_a_long_run_keeps_no_regions_from_past_frames():
         for widget in (app.gpu_panel, app.table):
             kept = len(widget._dirty_regions)
             assert widget.virtual_size.height and kept <= widget.virtual_size.height, (widget, kept)
+        # The lines the screen dropped were freed then, not left as cycles for the collector
+        # (gputop.tui.strip_cycles).
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            strips = sum(isinstance(o, Strip) for o in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert strips == 0
 
 
 @pytest.mark.parametrize("key", ["q", "ctrl+c"])

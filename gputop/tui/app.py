@@ -51,6 +51,7 @@ from gputop.tui.keys import KEYS, LIVE_ONLY, MAIN_ONLY, REPLAY_ONLY
 from gputop.tui.layout import Plan, plan_layout
 from gputop.tui.replay_feed import ReplayFeed
 from gputop.tui.severity import worst_severity
+from gputop.tui.strip_cycles import install as install_acyclic_strips
 from gputop.tui.terminal import HangupSafeDriver, TerminalLost, exit_soon_anyway
 from gputop.tui.widgets.findings import (
     FindingsBanner,
@@ -68,6 +69,8 @@ from gputop.tui.widgets.text_line import TextLine
 
 if TYPE_CHECKING:
     pass
+
+install_acyclic_strips()  # lines the screen drops are freed at once, not ~50 s later
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
 # Findings that stay up but whose numbers change are redrawn every FINDINGS_PERIOD seconds of
