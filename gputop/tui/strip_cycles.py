@@ -2,10 +2,11 @@
 
 Textual (8.x) caches what two ``Strip`` methods return in the strip itself, also when that is
 the strip: ``divide`` with one cut at its end (the compositor's call for every line a widget
-spans whole) and ``crop_extend`` to its own span. Each such strip is a reference cycle: once its widget drops it, it waits for the garbage
-collector's middle generation (every ~50 s at the thresholds ``freeze_startup_objects`` sets)
-with its segments and seven caches. On the tour that was ~12 000 objects at a time, and the
-monitor's RSS 2.1 MiB higher at 60 s and 2.7 MiB at 180 s (issue 40).
+spans whole) and ``crop_extend`` to its own span. Each such strip is a reference cycle: once
+its widget drops it, it waits for the garbage collector's middle generation (every ~50 s at
+the thresholds ``freeze_startup_objects`` sets) with its segments and seven caches. On the tour
+that was ~12 000 objects at a time, and the monitor's RSS 2.1 MiB higher at 60 s and 2.7 MiB
+at 180 s (issue 40).
 
 ``install`` wraps the two methods so that they return the strip itself without caching
 it; every other result is Textual's own, cached as before.
