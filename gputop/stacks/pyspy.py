@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -50,11 +49,22 @@ def find_py_spy() -> str | None:
     chosen = os.environ.get(PY_SPY_ENV)
     if chosen is not None:
         return chosen if chosen and os.access(chosen, os.X_OK) else None
-    for folder in {sysconfig.get_path("scripts"), os.path.dirname(sys.executable)}:
+    for folder in _script_folders():
         candidate = os.path.join(folder, "py-spy")
         if folder and os.access(candidate, os.X_OK):
             return candidate
     return shutil.which("py-spy")
+
+
+def _script_folders():
+    """Where pip puts this Python's commands: beside it, and in its (virtualenv's) prefix;
+    then where sysconfig says (a distribution's own scheme: /usr/local/bin), which is only
+    loaded when those fail (its build variables are ~0.2 MiB in the monitor)."""
+    yield os.path.dirname(sys.executable)
+    yield os.path.join(sys.prefix, "bin")
+    import sysconfig
+
+    yield sysconfig.get_path("scripts")
 
 
 NOT_INSTALLED = "py-spy is not installed: `pip install py-spy` (gputop depends on it)"

@@ -36,6 +36,7 @@ from textual.containers import Horizontal, Vertical
 
 from gputop.diagnostics.findings import finding_key
 from gputop.model import Snapshot
+from gputop.tui import key_names, render_caches
 from gputop.tui.app_support import (
     FrameReady,
     PlainText,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     pass
 
 install_acyclic_strips()  # lines the screen drops are freed at once, not ~50 s later
+key_names.install()  # key names without faulting in Unicode's name database
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
 # Findings that stay up but whose numbers change are redrawn every FINDINGS_PERIOD seconds of
@@ -352,6 +354,8 @@ class GputopApp(CaptureKeys, App[int]):
         self.frames_rendered += 1
         if self.frames_rendered == 3:
             self.call_after_refresh(freeze_startup_objects)
+        if self.frames_rendered % render_caches.EVERY_FRAMES == 0:
+            render_caches.clear()  # before this frame's paint, which measures what it shows
         snap = frame.snapshot
         if isinstance(self.feed, ReplayFeed):
             self.header.replay_position = self.feed.position

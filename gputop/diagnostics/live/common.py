@@ -56,6 +56,16 @@ def mean(values: Iterable[float | None]) -> float | None:
     return math.fsum(vals) / len(vals) if vals else None
 
 
+def median(values: Iterable[float]) -> float:
+    """``statistics.median`` (the mean of the two middle values of an even count) without
+    loading ``statistics`` into the monitor (~0.1 MiB) for the ranks rule's few calls."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("median of no values")
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def gib(value: float) -> str:
     return f"{value / 1024**3:.1f} GiB"
 

@@ -14,11 +14,11 @@ Pure: reads ``JobView`` (``gputop.job_groups``), no I/O.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import WARNING_SHARE, Finding, severity_for
+from gputop.diagnostics.live.common import median
 from gputop.job_groups import JobView, RankView
 
 # The agent's figures describe its last steps; a rank needs a few timed steps before it is
@@ -45,8 +45,8 @@ def _lateness(r: RankView, others: list[RankView]) -> tuple[float, str]:
         other_waits = [o.dataloader_wait_share for o in others
                        if o.dataloader_wait_share is not None]
         if other_waits:
-            wait = (r.dataloader_wait_share - statistics.median(other_waits)) * step
-    slower = step - statistics.median(o.step_time_p50_s or 0.0 for o in others)
+            wait = (r.dataloader_wait_share - median(other_waits)) * step
+    slower = step - median(o.step_time_p50_s or 0.0 for o in others)
     if wait >= slower:
         return wait, "dataloader-stall"
     return slower, "slower steps"
@@ -62,7 +62,7 @@ def rank_imbalance(jobs: list[JobView]) -> list[Finding]:
         late = {r.pid: _lateness(r, [o for o in timed if o is not r]) for r in timed}
         worst = max(timed, key=lambda r: late[r.pid][0])
         lost, cause = late[worst.pid]
-        step = statistics.median(r.step_time_p50_s for r in timed)
+        step = median(r.step_time_p50_s for r in timed)
         share = lost / step if step else 0.0
         if share < WARNING_SHARE:
             continue
@@ -74,14 +74,14 @@ def rank_imbalance(jobs: list[JobView]) -> list[Finding]:
         if cause == "dataloader-stall":
             why = (f"its training loop waits for its DataLoader {worst.dataloader_wait_share * 100:.0f}% "
                    f"of each step, the others' median "
-                   f"{statistics.median(o.dataloader_wait_share or 0.0 for o in others) * 100:.0f}%: "
+                   f"{median(o.dataloader_wait_share or 0.0 for o in others) * 100:.0f}%: "
                    "it reaches every collective late and the others wait there")
             fix = (f"Speed up rank {worst.rank}'s input pipeline (its shard: slower storage, "
                    "longer samples, fewer DataLoader workers than the others?); even out the "
                    "work per rank (DistributedSampler, length-grouped batches)")
         else:
             why = (f"its steps take {_ms(worst.step_time_p50_s)}, the others' median "
-                   f"{_ms(statistics.median(o.step_time_p50_s for o in others))}")
+                   f"{_ms(median(o.step_time_p50_s for o in others))}")
             fix = (f"Check {'GPU ' + str(worst.gpu) if worst.gpu is not None else 'the host'} "
                    f"of rank {worst.rank} for throttling or other processes; even out the work "
                    "per rank")
