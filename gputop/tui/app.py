@@ -36,7 +36,7 @@ from textual.containers import Horizontal, Vertical
 
 from gputop.diagnostics.findings import finding_key
 from gputop.model import Snapshot
-from gputop.tui import key_names, render_caches
+from gputop.tui import heap, key_names, render_caches
 from gputop.tui.app_support import (
     FrameReady,
     PlainText,
@@ -330,6 +330,8 @@ class GputopApp(CaptureKeys, App[int]):
         first paint then shows the GPUs rather than empty panels (its frame, posted by the
         feed, arrives after that paint and is not drawn twice)."""
         first = getattr(self.early, "first", None)
+        if first is not None:
+            self.early.first = None  # drawn now, then history's: not kept for the whole run
         if first is not None and isinstance(self.feed, SamplerFeed):
             self._early_drawn = first
             self._show_frame(first_frame(first, self.feed.window, 0))
@@ -356,6 +358,7 @@ class GputopApp(CaptureKeys, App[int]):
             self.call_after_refresh(freeze_startup_objects)
         if self.frames_rendered % render_caches.EVERY_FRAMES == 0:
             render_caches.clear()  # before this frame's paint, which measures what it shows
+            heap.release_free_memory()
         snap = frame.snapshot
         if isinstance(self.feed, ReplayFeed):
             self.header.replay_position = self.feed.position

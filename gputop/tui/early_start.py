@@ -72,17 +72,20 @@ class EarlySampler:
             # as they are forked.
             with open_sampler(self.demo, self.gpus, self.seed, wait_for_workers=0,
                               on_standin_failure=self._note) as sampler:
-                first = self.first = first_sample(sampler)
+                # Held in a list that the feed empties: neither this frame nor the app (which
+                # takes self.first at mount) keeps the sample for the whole run.
+                first = [first_sample(sampler)]
+                self.first = first[0]
                 if self._on_first is not None:
                     try:
-                        self._on_first(first)
+                        self._on_first(first[0])
                     except Exception:  # the plain frame is a courtesy: sampling goes on
                         pass
                 self.first_taken.set()
                 self._attached.wait()
                 feed = self._feed
                 if feed is not None and not feed.stopped:
-                    feed.run(sampler, first=first)
+                    feed.run(sampler, first=first.pop())
         except Exception as exc:  # reported by the app, never as a traceback
             self.error = f"{type(exc).__name__}: {exc}"
             self.first_taken.set()

@@ -279,6 +279,7 @@ class SamplerFeed(Feed):
             self.post(first_frame(first, self.window, self.latest_seq))
             self.first_shown.wait(FIRST_FRAME_WAIT_S)
         self.record(first)
+        del first  # not kept for the whole run
         next_tick = time.monotonic() + min(self.interval, 0.3)
         while not self._stop.is_set():
             delay = next_tick - time.monotonic()
