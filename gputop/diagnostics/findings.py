@@ -15,6 +15,10 @@ SEVERITIES = ("info", "warning", "critical")
 # Share of the judged time a finding costs -> severity, for the trace rules and the live ones.
 # 5%: TensorBoard's profiler plugin recommends acting on the DataLoader from 5% of the step time;
 # below that a cost is within step-to-step noise and not worth a warning.
+# The live findings a "where" line answers (gputop.stacks.where): CPU work in the training
+# process or its workers, or the place a hung process waits. Here, so that the monitor knows
+# them before it loads the stacks modules (at the first such finding).
+WHERE_IDS = frozenset({"dataloader-stall", "host-bound", "host-sync", "hung"})
 WARNING_SHARE = 0.05
 # 25%: a quarter of the step; fixing this alone makes the step at least 1.33x faster.
 CRITICAL_SHARE = 0.25

@@ -17,13 +17,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 
-from gputop.diagnostics.findings import Finding
+from gputop.diagnostics.findings import WHERE_IDS, Finding
 from gputop.stacks.access import StacksError
 from gputop.stacks.profile import StackReport, where_line
 
-# The live findings a "where" line answers: CPU work in the training process or its workers
-# (dataloader-stall, host-bound, host-sync), or the place a hung process waits.
-WHERE_IDS = frozenset({"dataloader-stall", "host-bound", "host-sync", "hung"})
 MIN_INTERVAL_S = 60.0
 SAMPLE_SECONDS = 2
 

@@ -44,6 +44,7 @@ from gputop.tui.app_support import (
     freeze_startup_objects,
     showing_process,
     where_finder,
+    where_ids,
 )
 from gputop.tui.capture_keys import CaptureKeys
 from gputop.tui.captures import CaptureController
@@ -134,7 +135,8 @@ class GputopApp(CaptureKeys, App[int]):
         else:
             self.feed = SamplerFeed(self._post_frame, interval, self.frame_log,
                                     diagnose=diagnose is not False,
-                                    make_where=functools.partial(where_finder, auto_capture))
+                                    make_where=functools.partial(where_finder, auto_capture),
+                                    where_ids=where_ids(auto_capture))
         # Every capture (p, m, F, M, --auto-capture) runs in the controller beside the App.
         self.capture = CaptureController(auto_capture=auto_capture, timeout=capture_timeout,
                                          live=isinstance(self.feed, SamplerFeed))

@@ -11,6 +11,7 @@ from rich.segment import Segment
 from textual.filter import LineFilter
 from textual.message import Message
 
+from gputop.diagnostics.findings import WHERE_IDS
 from gputop.tui.auto_capture import STALL_IDS
 from gputop.tui.frames import Frame
 
@@ -27,6 +28,11 @@ def freeze_startup_objects() -> None:
     gc.freeze()
     gc.set_threshold(7000, 10, 10)
     gc.enable()  # `gputop top` starts with it off (commands/top.py)
+
+
+def where_ids(auto_capture: bool) -> frozenset[str]:
+    """The findings that get a "where" line (``where_finder``'s)."""
+    return WHERE_IDS | STALL_IDS if auto_capture else WHERE_IDS
 
 
 def where_finder(auto_capture: bool) -> WhereFinder | None:

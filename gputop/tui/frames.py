@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -139,11 +139,13 @@ class Feed:
 
     def __init__(self, post: Callable[[Frame], None], diagnose: bool = True,
                  where: WhereFinder | None = None,
-                 make_where: Callable[[], WhereFinder | None] | None = None) -> None:
-        """``make_where``: makes ``where`` with the history, after the first frame (it
-        brings in the stacks modules)."""
+                 make_where: Callable[[], WhereFinder | None] | None = None,
+                 where_ids: Collection[str] = ()) -> None:
+        """``make_where``: makes ``where`` at the first finding in ``where_ids`` (it brings in
+        the stacks modules: py-spy's runs and parsing, ~0.3 MiB a run without one is spared)."""
         self.post = post
         self._make_where = make_where
+        self._where_ids = frozenset(where_ids)
         self._history: History | None = None
         self._history_lock = threading.Lock()
         self.diagnose = diagnose
@@ -173,8 +175,6 @@ class Feed:
                         from gputop.diagnostics.live.mig import LiveDiagnosis
 
                         self.diagnosis = LiveDiagnosis()
-                    if self._make_where is not None and self.where is None:
-                        self.where = self._make_where()
                     self._history = History()
         return self._history
 
@@ -188,6 +188,9 @@ class Feed:
             if not evaluate:
                 return
             findings = tuple(self.diagnosis.findings())
+            if self.where is None and self._make_where is not None and any(
+                    f.id in self._where_ids and f.pid is not None for f in findings):
+                self._start_where()
             if self.where is not None:
                 without_agent = {p.pid for g in snap.gpus for p in g.processes if not p.agent}
                 self.where.update(findings, without_agent)
@@ -196,6 +199,12 @@ class Feed:
             if memory_where is not None:
                 findings = memory_where.enrich(findings, snap)
             self.findings = findings
+
+    def _start_where(self) -> None:
+        with self._history_lock:  # not while ``stop`` closes it
+            make, self._make_where = self._make_where, None  # one try (py-spy may be missing)
+            if make is not None:
+                self.where = make()
 
     def _emit(self) -> None:
         if self.paused and self._frozen:
@@ -239,8 +248,9 @@ class SamplerFeed(Feed):
     def __init__(self, post: Callable[[Frame], None], interval: float,
                  frame_log: FrameLog | None = None, diagnose: bool = True,
                  where: WhereFinder | None = None,
-                 make_where: Callable[[], WhereFinder | None] | None = None) -> None:
-        super().__init__(post, diagnose, where, make_where)
+                 make_where: Callable[[], WhereFinder | None] | None = None,
+                 where_ids: Collection[str] = ()) -> None:
+        super().__init__(post, diagnose, where, make_where, where_ids)
         self.interval = interval
         self.rules_every = max(1, round(RULES_PERIOD_S / interval)) if interval > 0 else 1
         self.frame_log = frame_log
