@@ -50,7 +50,7 @@ def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None
         default=argparse.SUPPRESS if suppress else 0,
         help="seed of the simulated GPUs (default 0)",
     )
-    from gputop.fleet.ssh import add_options as add_fleet_options
+    from gputop.fleet.options import add_options as add_fleet_options
 
     add_fleet_options(parser, suppress)  # --hosts and the like: many nodes over ssh
     from gputop.promfleet.options import add_options as add_prom_options
@@ -196,13 +196,13 @@ def main(argv: list[str] | None = None) -> int:
             # Parse again so `gputop` alone gets the `top` command's defaults.
             args = parser.parse_args([*argv, "top"])
             _validate_globals(args)
-        from gputop.commands.fleet import check_fleet_command, fleet_requested
+        from gputop.fleet import options as fleet_options
 
-        check_fleet_command(args, name)
+        fleet_options.check_command(args, name)
         from gputop.promfleet.options import check_command, prometheus_requested
 
         check_command(args, name)
-        if not (fleet_requested(args) or prometheus_requested(args)):  # with --hosts, --gpus is the nodes' business
+        if not (fleet_options.requested(args) or prometheus_requested(args)):  # with --hosts, --gpus is the nodes' business
             _check_gpus_exist(args)
         module = importlib.import_module(f"gputop.commands.{name}")
         code = int(module.run(args) or 0)

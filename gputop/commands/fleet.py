@@ -18,21 +18,6 @@ import time
 from gputop.errors import UsageError
 from gputop.fleet.demo import fleet_from_args
 
-FLEET_COMMANDS = ("top", "watch")
-
-
-def fleet_requested(args: argparse.Namespace) -> bool:
-    from gputop.fleet import demo
-
-    return demo.requested(args) or any(
-        getattr(args, name, None) is not None for name in ("hosts", "hostfile", "slurm"))
-
-
-def check_fleet_command(args: argparse.Namespace, command: str) -> None:
-    if fleet_requested(args) and command not in FLEET_COMMANDS:
-        raise UsageError(f"--hosts, --hostfile, --slurm and --demo fleet go with the live monitor and "
-                         f"`watch`, not `{command}`")
-
 
 def run_fleet_top(args: argparse.Namespace) -> int:
     hosts, settings = fleet_from_args(args)

@@ -72,7 +72,7 @@ def one_malloc_arena() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gputop.commands.fleet import fleet_requested, run_fleet_top
+    from gputop.fleet.options import requested as fleet_requested
     from gputop.promfleet.options import prometheus_requested
 
     if prometheus_requested(args):  # --prometheus URL: the fleet and its jobs from the store
@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "replay", None):
             raise UsageError("--replay plays a recording of this node: it takes no --hosts, "
                              "--hostfile or --slurm")
+        from gputop.commands.fleet import run_fleet_top
+
         return run_fleet_top(args)
     if getattr(args, "replay", None):
         return _run_replay(args)  # the recording first: a bad one is its own one line

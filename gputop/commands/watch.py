@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from gputop.commands.fleet import fleet_requested, run_fleet_watch
+    from gputop.fleet.options import requested as fleet_requested
     from gputop.promfleet.options import prometheus_requested
 
     if prometheus_requested(args):  # every node's findings and the jobs, from Prometheus
@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
         return run_prom_watch(args)
     if fleet_requested(args):  # --hosts and the like: the findings of every node
+        from gputop.commands.fleet import run_fleet_watch
+
         return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.
     from gputop.diagnostics.live.lines import format_where, transition_line

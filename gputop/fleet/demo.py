@@ -12,9 +12,10 @@ import shlex
 import sys
 from dataclasses import dataclass
 
+from gputop.fleet.options import DEMO_SCENARIO
 from gputop.fleet.ssh import SshSettings
 
-SCENARIO = "fleet"
+SCENARIO = DEMO_SCENARIO
 # node name -> the scenario it simulates: different problems, light stand-ins (no torch).
 NODES = {
     "node01": "healthy",
@@ -38,10 +39,6 @@ class LocalNodes(SshSettings):
         return ["sh", "-c", "exec " + remote_command.replace(_GPUTOP, gputop, 1)]
 
 
-def requested(args) -> bool:
-    return getattr(args, "demo", None) == SCENARIO
-
-
 def targets_and_settings(args) -> tuple[list[str], SshSettings]:
     """The simulated nodes and their local transport; --interval and --seed go to each."""
     passthrough: list[str] = []
@@ -56,7 +53,7 @@ def targets_and_settings(args) -> tuple[list[str], SshSettings]:
 def fleet_from_args(args) -> tuple[list[str], SshSettings]:
     """The nodes named by --hosts/--hostfile/--slurm and how to reach them, or, for
     `--demo fleet`, the simulated nodes run here (no ssh)."""
-    if requested(args):
+    if getattr(args, "demo", None) == SCENARIO:
         return targets_and_settings(args)
     from gputop.fleet.ssh import settings_from_args
     from gputop.fleet.targets import resolve_targets

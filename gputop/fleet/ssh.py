@@ -54,27 +54,6 @@ class SshSettings:
         return " ".join([self.remote_gputop, *(shlex.quote(w) for w in words)])
 
 
-def add_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    """The fleet's options, global like --demo (accepted before or after the command)."""
-    default = argparse.SUPPRESS if suppress else None
-    parser.add_argument("--hosts", metavar="A,B,C", default=default,
-                        help="monitor these nodes over ssh (the live monitor and `watch`)")
-    parser.add_argument("--hostfile", metavar="FILE", default=default,
-                        help="monitor the nodes listed in FILE (one per line, # comments)")
-    parser.add_argument("--slurm", metavar="JOBID", default=default,
-                        help="monitor the nodes of a Slurm job (`scontrol show hostnames`)")
-    parser.add_argument("--ssh-config", metavar="FILE", default=default,
-                        help="ssh configuration file for the nodes (ssh -F; default: ssh's own, "
-                             "~/.ssh/config)")
-    parser.add_argument("--ssh-option", metavar="OPTION", action="append",
-                        default=argparse.SUPPRESS if suppress else [],
-                        help="an ssh -o option for the nodes, e.g. --ssh-option Port=2222 "
-                             "(repeat for several)")
-    parser.add_argument("--remote-gputop", metavar="CMD", default=default,
-                        help="how to run gputop on the nodes, for their shell (default: gputop; "
-                             "e.g. ~/venv/bin/gputop)")
-
-
 def settings_from_args(args: argparse.Namespace) -> SshSettings:
     options = tuple(getattr(args, "ssh_option", None) or ())
     for opt in options:
