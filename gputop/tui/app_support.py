@@ -38,7 +38,7 @@ def where_ids(auto_capture: bool) -> frozenset[str]:
 def where_finder(auto_capture: bool) -> WhereFinder | None:
     """The findings' "where" lines (py-spy), when py-spy is installed; with --auto-capture
     every stall on a process without the agent gets one (stacks stand in for a capture).
-    Made by the feed after the first frame: the stacks modules are not needed before."""
+    Made by the feed at the first finding in ``where_ids``: the stacks modules load then."""
     from gputop.stacks.pyspy import find_py_spy
     from gputop.stacks.where import WhereFinder
 

@@ -141,8 +141,8 @@ class Feed:
                  where: WhereFinder | None = None,
                  make_where: Callable[[], WhereFinder | None] | None = None,
                  where_ids: Collection[str] = ()) -> None:
-        """``make_where``: makes ``where`` at the first finding in ``where_ids`` (it brings in
-        the stacks modules: py-spy's runs and parsing, ~0.3 MiB a run without one is spared)."""
+        """``make_where``: makes ``where`` at the first finding in ``where_ids``; it brings in
+        the stacks modules (~0.3 MiB), which a monitor without such a finding never loads."""
         self.post = post
         self._make_where = make_where
         self._where_ids = frozenset(where_ids)
