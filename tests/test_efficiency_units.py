@@ -4,6 +4,8 @@ rule. (The same code on real jobs: tests/test_efficiency.py.)"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gputop.agent.goodput import HANG_S, LONG_STEP_MIN_S, REGIME_STEPS, GoodputLedger
@@ -247,7 +249,7 @@ def test_mfu_drop_gives_way_to_a_root_cause_on_its_gpu():
     eff = Efficiency(flops_per_step=1e12, precision="bf16", device="H100 SXM", mfu=0.1,
                      best_mfu=0.45)
     p = proc(cpu=5, workers=(97, 99, 95))
-    p = ProcSample(**{**p.__dict__, "efficiency": eff})
+    p = replace(p, efficiency=eff)
     found = evaluate([snap(float(t), gpu(util=20, processes=(p,))) for t in range(30)],
                      own_pid=OWN)
     assert {f.id for f in found} == {"dataloader-stall"}
