@@ -9,7 +9,7 @@ from textual.geometry import Region
 
 from gputop.tui import render_caches
 from gputop.tui.app import GputopApp
-from tests.tui_data import run_async, scenario_snapshots, until
+from tests.tui_data import run_async, scenario_snapshots, show_next, until
 
 TOUR = scenario_snapshots("tour", 60)
 
@@ -25,11 +25,7 @@ async def test_the_caches_hold_a_few_frames_of_values():
         await until(pilot, lambda: app.frames_rendered > 0 and app.table.row_count)
         sizes = []
         for snap in TOUR[20:]:
-            app.feed.history.record(snap)
-            seq = app.feed.latest_seq
-            app.feed.request_frame()
-            await until(pilot, lambda seq=seq: app.frame.seq > seq)
-            await pilot.pause()  # painted
+            await show_next(pilot, snap)
             sizes.append((app.frames_rendered, *held()))
     cleared = [(n, cells, regions) for n, cells, regions in sizes
                if n % render_caches.EVERY_FRAMES == 0]

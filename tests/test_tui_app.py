@@ -20,7 +20,14 @@ from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
 from gputop.tui.widgets.help_screen import HelpScreen
 from gputop.tui.widgets.process_view import ProcessScreen
 from tests.conftest import SLOW, wait_for
-from tests.tui_data import run_async, scenario_snapshots, screen_text, until, with_process
+from tests.tui_data import (
+    run_async,
+    scenario_snapshots,
+    screen_text,
+    show_next,
+    until,
+    with_process,
+)
 
 pytestmark = pytest.mark.timeout(2 * SLOW)
 
@@ -122,11 +129,7 @@ async def test_a_long_run_keeps_no_regions_from_past_frames():
     async with app.run_test(size=(160, 50)) as pilot:
         await started(pilot)
         for snap in TOUR[30:]:
-            app.feed.history.record(snap)
-            seq = app.feed.latest_seq
-            app.feed.request_frame()
-            await until(pilot, lambda seq=seq: app.frame.seq > seq)
-            await pilot.pause()  # painted
+            await show_next(pilot, snap)
         for widget in (app.gpu_panel, app.table):
             kept = len(widget._dirty_regions)
             assert widget.virtual_size.height and kept <= widget.virtual_size.height, (widget, kept)

@@ -162,3 +162,13 @@ async def until(pilot, condition, timeout: float = SLOW, interval: float = 0.02)
             raise AssertionError(f"condition not met within {timeout} s: {condition}\n"
                                  + screen_text(pilot.app))
         await pilot.pause(interval)
+
+
+async def show_next(pilot, snap: Snapshot) -> None:
+    """Record ``snap`` in the app's history and wait until the frame it makes is painted."""
+    app = pilot.app
+    app.feed.history.record(snap)
+    seq = app.feed.latest_seq
+    app.feed.request_frame()
+    await until(pilot, lambda: app.frame.seq > seq)
+    await pilot.pause()  # painted
