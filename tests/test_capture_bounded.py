@@ -268,8 +268,11 @@ def test_in_tmux_p_on_the_getitem_job_shows_the_stall_its_line_and_num_workers(w
         shows(term, "filter: pid")
         term.tmux("send-keys", "-t", "main", "-l", str(proc.pid))
         term.keys("Enter")
-        wait_for(lambda: any("›" in line and f" {proc.pid} " in line  # the selected row
-                             for line in term.capture().splitlines()), timeout=SLOW)
+        # "filter kept" is painted once the keys go to the table again: `p` is not typed into
+        # the filter box.
+        wait_for(lambda: "filter kept" in term.capture()
+                 and any("›" in line and f" {proc.pid} " in line  # the selected row
+                         for line in term.capture().splitlines()), timeout=SLOW)
         pressed = time.monotonic()
         term.keys("p")
         screen = shows(term, "diagnosis of pid", "Where:", interval=0.1)

@@ -237,7 +237,10 @@ async def test_slash_filters_and_escape_clears():
         assert app.table.get_row_at(0)[2].plain.strip() == "4200"
         await pilot.press("enter")  # keeps the filter, back to the table
         assert app.table.has_focus and app.table.row_count == 1
-        await pilot.press("slash", "escape")
+        await until(pilot, lambda: "filter kept" in screen_text(app))  # says so on screen
+        await pilot.press("slash")  # editing it again: no longer "kept"
+        await until(pilot, lambda: "filter kept" not in screen_text(app))
+        await pilot.press("escape")
         await until(pilot, lambda: app.table.row_count == total)
 
 

@@ -76,6 +76,7 @@ install_acyclic_strips()  # lines the screen drops are freed at once, not ~50 s 
 key_names.install()  # key names without faulting in Unicode's name database
 
 NO_DRIVER_HINT = "try `gputop --demo tour` to see gputop on simulated GPUs"
+KEPT_FILTER = "filter kept: / edits it, Esc clears it"
 # Findings that stay up but whose numbers change are redrawn every FINDINGS_PERIOD seconds of
 # snapshot time (their evidence is a 10 s window: a 5 s refresh reads the same, and the panel
 # costs 2.5x less than redrawn with the table's numbers); a finding that raises or clears, or
@@ -498,6 +499,7 @@ class GputopApp(CaptureKeys, App[int]):
                         id="filter")
             await self.query_one("#procs", Vertical).mount(box, after=self.table)
         box.display = True
+        box.border_title = None
         box.focus()
 
     def on_input_changed(self, event) -> None:
@@ -507,6 +509,9 @@ class GputopApp(CaptureKeys, App[int]):
     def on_input_submitted(self, event) -> None:
         if event.input.id == "filter":
             event.input.display = bool(event.value)
+            # Says the filter is kept and the keys go to the table again (painted after the
+            # focus moves: a key typed once this shows reaches the table, not the box).
+            event.input.border_title = KEPT_FILTER if event.value else None
             self.table.focus()
 
     def action_escape(self) -> None:
