@@ -41,6 +41,10 @@ TOP = 3
 # time there waiting in library code, and the workers ran user code at least this much.
 WAITING_SHARE = 0.5
 _AGENT = ("/gputop/agent/", "/gputop/protocol.py", "/gputop/_boot/")  # the agent's own code
+# The loop a DataLoader worker runs (torch/utils/data/_utils/worker.py): a forked worker's
+# stack still holds the parent's frames down to the fork (the training loop's `for batch in
+# loader`); only the frames inside this loop are the worker's own work.
+WORKER_LOOP = "_worker_loop"
 
 
 def _is_user(frame: Frame) -> bool:
@@ -153,6 +157,15 @@ def _name(frames: tuple[Frame, ...]) -> tuple[Frame, Frame | None, Frame | None]
     return frames[inner], via, waiting
 
 
+def _worker_own(sample: Sample) -> Sample:
+    """A worker's sample from its loop inward: waiting for the next index (no user frame
+    inside the loop) is not time in the user's code, however long the parent's frames under
+    it are."""
+    frames = sample.frames
+    loops = [i for i, f in enumerate(frames) if f.function == WORKER_LOOP and f.is_library]
+    return dataclasses.replace(sample, frames=frames[loops[-1] + 1:]) if loops else sample
+
+
 def _lines(weighted: list[tuple[Sample, float]], who: str, total_s: float
            ) -> tuple[list[WhereLine], float, WhereLine | None]:
     """The top lines of these samples, the share of ``total_s`` spent in library code, and
@@ -194,7 +207,7 @@ def join(analysis, timeline: Timeline, walls: list[float], pid: int,
         return []
     main = [s for s in timeline.samples if s.pid == pid
             and (train_thread is None or s.tid == train_thread)]
-    workers = [s for s in timeline.samples if s.pid != pid]
+    workers = [_worker_own(s) for s in timeline.samples if s.pid != pid]
     sampled = [(timeline.start, timeline.end)]
     out = []
     wanted = [f.id for f in analysis.findings if f.id in CAUSES and f.severity != "info"]
