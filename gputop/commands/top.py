@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator
 
 from gputop.errors import UsageError
 
@@ -108,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
         # would halve the sampler's share of the interpreter (the GIL) and delay both.
         early.first_taken.wait(FIRST_SAMPLE_WAIT_S)
     try:
-        with _without_tls():
+        from gputop.tui.lean_imports import lean_imports
+
+        with lean_imports():  # Textual without TLS, its command palette and more: RSS
             from gputop.tui.app import GputopApp
 
         app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed,
@@ -131,22 +131,6 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(int(code or 0))
-
-
-@contextlib.contextmanager
-def _without_tls() -> Iterator[None]:
-    """Import the interface without OpenSSL: asyncio (under Textual) imports ``ssl`` for TLS
-    streams, which loads libcrypto (~3.3 MiB of the monitor's RSS, ~15 ms to the first frame);
-    the local monitor opens no TLS stream. asyncio takes an ssl that cannot be imported as "no
-    TLS" (its own fallback); ``ssl`` stays importable for whatever needs it later."""
-    blocked = "ssl" not in sys.modules
-    if blocked:
-        sys.modules["ssl"] = None  # type: ignore[assignment]  # import ssl: ImportError
-    try:
-        yield
-    finally:
-        if blocked and "ssl" in sys.modules and sys.modules["ssl"] is None:
-            del sys.modules["ssl"]
 
 
 # How long the interface waits for the first sample before it loads all the same (a slow
@@ -197,8 +181,11 @@ def _run_replay(args: argparse.Namespace) -> int:
         for line in replay.problems:  # what the screen would have skipped, named all the same
             print(f"gputop: replay: {line}", file=sys.stderr)
     _need_terminal(" (`gputop replay DIR` for a recording)")
-    from gputop.tui.app import GputopApp
+    from gputop.tui.lean_imports import lean_imports
     from gputop.tui.replay_feed import ReplayFeed
+
+    with lean_imports():
+        from gputop.tui.app import GputopApp
 
     feed = ReplayFeed(lambda frame: None, snapshots, own_pid=replay.own_pid)
     app = GputopApp(interval=replay.interval, replay=feed)
