@@ -1,11 +1,16 @@
 """The live monitor's cost against nvitop's, measured in one run on the same simulated GPUs.
 
-Both run in tmux at the same size (160x50 by default) on `--demo tour` (10 simulated GPUs,
-each with a different problem), at a 1 s interval, on a host with ~300 processes:
-- gputop: `gputop --demo tour --interval 1` with its charts and live diagnosis on;
-- nvitop: `nvitop --interval 1` in a Python process that first puts gputop's simulated NVML
-  behind nvidia-ml-py (benchmarks/nvitop_simulated.py), so both read the same driver.
-The tour's stand-in processes are started once by this script and handed to both through
+Both run in tmux at the same size (160x50 by default) on the tour's simulated driver (10
+simulated GPUs, each with a different problem), at a 1 s interval, on a host with ~300
+processes:
+- gputop: `gputop --interval 1` with its charts and live diagnosis on, in a Python process that
+  first puts gputop's simulated NVML behind nvidia-ml-py (benchmarks/gputop_simulated.py): the
+  monitor's own code path, as on a node with a driver (`--gputop demo` runs
+  `gputop --demo tour --interval 1` instead, the demo's own machinery included);
+- nvitop: `nvitop --interval 1` in a Python process that puts the same simulated NVML behind
+  nvidia-ml-py (benchmarks/nvitop_simulated.py), so both read the same driver.
+The GPUs' processes (the tour's stand-ins by default, or one `sleep` per GPU with
+--gpu-processes plain) are started once by this script and handed to both through
 GPUTOP_DEMO_PIDS, so the two monitors show the same processes and neither starts its own.
 
 It prints:
@@ -25,13 +30,15 @@ It prints:
 Other work on the machine slows both alike; compare ratios, not absolute figures, across
 machines.
 
-Usage: python benchmarks/bench_tui.py [--seconds 60] [--warmup 10] [--size 160x50]
+Usage: python benchmarks/bench_tui.py [--gputop node|demo] [--gpu-processes standins|plain]
+                                      [--seconds 60] [--warmup 10] [--size 160x50]
                                       [--interval 1] [--processes 300] [--starts 3] [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -92,14 +99,34 @@ class Pane:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
 
-def commands(interval: float) -> dict[str, str]:
+def commands(interval: float, gputop_mode: str) -> dict[str, str]:
     python = sys.executable
-    gputop = shutil.which("gputop") or f"{python} -m gputop"
+    if gputop_mode == "node":  # the monitor's own path, the simulator put in as for nvitop
+        gputop = f"{python} benchmarks/gputop_simulated.py tour"
+    else:
+        gputop = f"{shutil.which('gputop') or f'{python} -m gputop'} --demo tour"
     return {
-        "gputop": f"{gputop} --demo tour --interval {interval:g}",
+        "gputop": f"{gputop} --interval {interval:g}",
         "nvitop": f"{python} benchmarks/nvitop_simulated.py tour --interval {interval:g} "
                   f"2>/dev/null",
     }
+
+
+def gpu_processes(stack: contextlib.ExitStack, scenario, kind: str) -> dict[int, list[int]]:
+    """The processes the simulated GPUs report, one per GPU, stopped when ``stack`` closes:
+    the tour's stand-ins (training processes with gputop's agent and DataLoader workers, so
+    gputop also probes agents and samples stacks) or plain `sleep` processes."""
+    if kind == "standins":
+        standins = stack.enter_context(StandIns(scenario))
+        pids_by_gpu = standins.start()
+        wait_ready(standins, timeout=TIMEOUT_S)
+        return pids_by_gpu
+    sleepers = [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
+                for _ in scenario.gpus]
+    for sleeper in sleepers:
+        stack.callback(sleeper.wait)
+        stack.callback(sleeper.kill)
+    return {index: [sleeper.pid] for index, sleeper in enumerate(sleepers)}
 
 
 def shows_gpus_and_processes(name: str, screen: str, pids: list[int]) -> bool:
@@ -246,6 +273,15 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=10.0,
                         help="seconds after the first frame that are not counted")
     parser.add_argument("--size", default="160x50")
+    parser.add_argument("--gputop", choices=("node", "demo"), default="node",
+                        help="node: gputop's own command line (no --demo) with the simulated "
+                             "NVML put behind nvidia-ml-py, as nvitop's is (what runs on a "
+                             "node); demo: `gputop --demo tour`, which also runs the demo's "
+                             "own machinery (default: node)")
+    parser.add_argument("--gpu-processes", choices=("standins", "plain"), default="standins",
+                        help="the GPUs' processes: standins, the tour's training stand-ins "
+                             "with the agent (gputop probes them and samples their stacks); "
+                             "plain: one `sleep` per GPU (default: standins)")
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--processes", type=int, default=300,
                         help="start sleeping processes until the host has this many")
@@ -275,15 +311,14 @@ def main() -> int:
     frame_log = Path(tempfile.mkdtemp(prefix="gputop-bench-")) / "frames.log"
     scenario = SCENARIOS["tour"]
     panes: list[Pane] = []
-    with StandIns(scenario) as standins:
-        pids_by_gpu = standins.start()
-        wait_ready(standins, timeout=TIMEOUT_S)
+    with contextlib.ExitStack() as stack:
+        pids_by_gpu = gpu_processes(stack, scenario, args.gpu_processes)
         pids = [p for ps in pids_by_gpu.values() for p in ps]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env["GPUTOP_DEMO_PIDS"] = ",".join(f"{i}:{p}" for i, ps in pids_by_gpu.items()
                                            for p in ps)
-        cmd = commands(args.interval)
+        cmd = commands(args.interval, args.gputop)
         try:
             while len(psutil.pids()) < args.processes and len(fillers) < 400:
                 fillers.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
@@ -323,7 +358,9 @@ def main() -> int:
     g = {key: [r["gputop"][key] for r in runs] for key in ("mean", "median", "rss", "threads")}
     n = {key: [r["nvitop"][key] for r in runs] for key in ("mean", "median", "rss", "threads")}
     first_ratios = [a / b for a, b in zip(starts["gputop"], starts["nvitop"])]
-    print(f"tour ({len(scenario.gpus)} simulated GPUs), --interval {args.interval:g}, "
+    mode = "on a node (gputop_simulated.py)" if args.gputop == "node" else "--demo tour"
+    print(f"gputop as {mode}, the GPUs' processes: {args.gpu_processes}; "
+          f"tour ({len(scenario.gpus)} simulated GPUs), --interval {args.interval:g}, "
           f"tmux {width}x{height}, host processes: {host_processes}; charts and live diagnosis on; {args.runs} runs "
           f"of {args.seconds:g} s after {args.warmup:g} s warm-up; load average before "
           f"{load_before}, after {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
