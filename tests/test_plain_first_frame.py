@@ -86,3 +86,17 @@ def test_a_small_terminal_gets_as_many_lines_as_it_has(tour_sample, pty):
     # (the terminal turns each \n into \r\n: lines end in \r)
     lines = [line.rstrip("\r") for line in _read(master).decode()[len(ENTER):].split("\n")]
     assert len(lines) == 6 and all(len(line) <= 40 for line in lines)
+
+
+def test_the_first_sample_waits_for_no_pcie_read_and_the_next_one_has_them(simulated):
+    """The driver samples PCIe throughput for 20 ms a read (the simulator too, on the tour's
+    GPUs without GPM): the first frame's sample leaves it out; the next tick reads it."""
+    simulated("tour")
+    with open_sampler(None, None, 0, wait_for_workers=0) as sampler:
+        first = first_sample(sampler)
+        assert sampler.nvml.read_pcie  # back on for the ticks after
+        second = sampler.sample()
+    a100 = [i for i, g in enumerate(first.gpus) if "A100" in g.name]
+    assert a100, [g.name for g in first.gpus]
+    assert all(first.gpus[i].pcie_rx_mbs is None for i in a100)
+    assert all(second.gpus[i].pcie_rx_mbs is not None for i in a100)

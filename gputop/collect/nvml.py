@@ -160,6 +160,9 @@ class NvmlCollector(MigMixin):
         # GPU index -> the read of its thread's share of the tick's GPUs (one future for
         # several GPUs: _read_pcie_share)
         self._pcie: dict[int, Future] = {}
+        # False skips the PCIe reads (the GPUs' PCIe columns empty for that tick): the
+        # first frame's sample does not wait the driver's 20 ms for them (early_start).
+        self.read_pcie = True
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -358,7 +361,7 @@ class NvmlCollector(MigMixin):
 
     def start_pcie(self) -> None:
         """Start this tick's PCIe reads (they take the driver 20 ms each)."""
-        if self._pcie or not self._open:
+        if self._pcie or not self._open or not self.read_pcie:
             return
         wanted = [d for d in self.devices if not d.lost and not d.pcie_from_gpm
                   and not {"pcie_tx", "pcie_rx"} <= d.unsupported]

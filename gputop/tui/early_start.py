@@ -94,12 +94,15 @@ class EarlySampler:
 
 
 def first_sample(sampler):
-    """The first frame's sample, without the agents' status: asking every agent socket on the
-    host costs a few ms each (up to the probe's 0.5 s deadline when one is slow to answer), and
-    the first screen is the GPUs and their processes; the agents' columns come with the next
-    tick (issue 40: the first frame sooner)."""
+    """The first frame's sample, without the agents' status or PCIe throughput: asking every
+    agent socket on the host costs a few ms each (up to the probe's 0.5 s deadline when one is
+    slow to answer), and the driver samples PCIe for 20 ms a read (GPUs without GPM); the first
+    screen is the GPUs and their processes, and those columns come with the next tick (issue
+    40: the first frame sooner)."""
     probe, sampler.agent_probe = sampler.agent_probe, None
+    sampler.nvml.read_pcie = False
     try:
         return sampler.sample()
     finally:
         sampler.agent_probe = probe
+        sampler.nvml.read_pcie = True
