@@ -87,7 +87,7 @@ def merge(parts: list[Path], out: Path) -> None:
     """One trace of every part's events, in order, with the first part's header."""
     import msgspec
 
-    from gputop.diagnostics.trace.stream import EventSplitter
+    from gputop.core.trace_stream import EventSplitter
 
     raws = msgspec.json.Decoder(list[msgspec.Raw])
     header = None

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gputop import history as new_history  # noqa: E402
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot  # noqa: E402
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot  # noqa: E402
 from gputop.tui.widgets import chart as new_chart  # noqa: E402
 
 GPUS = 10
@@ -137,7 +137,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         old_chart = old_module(args.ref, "gputop/tui/widgets/chart.py", "old_chart", Path(tmp))
-        old_history = old_module(args.ref, "gputop/history.py", "old_history", Path(tmp))
+        old_history = old_module(args.ref, "gputop/core/history.py", "old_history", Path(tmp))
     np_mod = None
     if old_chart is not None or old_history is not None:
         import numpy as np_mod  # type: ignore[no-redef]

@@ -18,16 +18,12 @@ import statistics
 import time
 
 import psutil
+from harness import percentile  # noqa: E402
 
+from gputop.client.session import open_sampler
 from gputop.collect.containers import read_owner
-from gputop.pidns import device_holders, ns_pid
-from gputop.session import open_sampler
+from gputop.core.pidns import device_holders, ns_pid
 from gputop.sim import nvml as simnvml
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def ms(values: list[float]) -> str:

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+from harness import percentile  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -48,11 +49,6 @@ for arg; do
 done
 GPUTOP_NODE_SCENARIO="$host" exec sh -c "$last"
 """
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def record_tour(path: Path, seconds: float) -> None:

@@ -1,6 +1,6 @@
 """numpy against the standard library for the monitor's history rings (issue 40).
 
-The monitor loads numpy after its first frame for the history's ring buffers (gputop/history.py
+The monitor loads numpy after its first frame for the history's ring buffers (gputop/core/history.py
 `_Ring`: one float64 time and one float32 value per point), the charts' binning and the live
 rules' window fits. numpy costs ~10 MiB of RSS (its import; measure below). Would the stdlib
 `array` module do the same work at the same CPU? This times, per series and tick, what the

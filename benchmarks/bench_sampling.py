@@ -38,12 +38,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gputop.client.session import _agent_probe  # noqa: E402
 from gputop.collect.nvml import NvmlCollector  # noqa: E402
 from gputop.collect.sampler import Sampler  # noqa: E402
-from gputop.session import _agent_probe  # noqa: E402
 from gputop.sim import nvml as simnvml  # noqa: E402
 from gputop.sim.scenarios import SCENARIOS  # noqa: E402
-from gputop.tui.frames import SamplerFeed, build_frame  # noqa: E402
+from gputop.tui.view.frames import SamplerFeed, build_frame  # noqa: E402
 
 PARTS = ("NVML", "host", "processes", "agent probe", "history", "live rules", "frame")
 

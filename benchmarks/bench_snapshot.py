@@ -22,12 +22,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness import spread as harness_spread  # noqa: E402
+
 from gputop.demo.standins import StandIns, wait_ready  # noqa: E402
 from gputop.sim.scenarios import SCENARIOS  # noqa: E402
 
 
 def spread(values: list[float]) -> str:
-    return " / ".join(f"{v:.3f}" for v in (min(values), statistics.median(values), max(values)))
+    return harness_spread(values, "{:.3f}")
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:

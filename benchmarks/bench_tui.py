@@ -54,15 +54,12 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness import percentile, side_by_side_ready, spread, warm_start  # noqa: E402
+
 from gputop.demo.standins import StandIns, wait_ready  # noqa: E402
 from gputop.sim.scenarios import SCENARIOS  # noqa: E402
 
 TIMEOUT_S = 60.0
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 class Pane:
@@ -169,12 +166,6 @@ def first_frame(width: int, height: int, env: dict[str, str], name: str, command
         return first
     finally:
         pane.close()
-
-
-def spread(values: list[float], fmt: str = "{:.2f}") -> str:
-    """min / median / max."""
-    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values),
-                                              max(values)))
 
 
 def side_by_side(args: argparse.Namespace, width: int, height: int, env: dict[str, str],
@@ -292,21 +283,11 @@ def main() -> int:
     parser.add_argument("--resizes", type=int, default=3,
                         help="rounds of resizes (80x24, 200x60, 120x40, 160x50) timed")
     args = parser.parse_args()
-    if shutil.which("tmux") is None:
-        print("bench_tui: needs tmux", file=sys.stderr)
-        return 2
-    try:
-        import nvitop  # noqa: F401
-    except ImportError:
-        print("bench_tui: needs nvitop: pip install -e '.[bench]'", file=sys.stderr)
+    if not side_by_side_ready("bench_tui"):
         return 2
     width, height = (int(x) for x in args.size.split("x"))
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    # A warm start, as after the first run: gputop's modules compiled (an environment with
-    # PYTHONDONTWRITEBYTECODE would otherwise compile them on every start; nvitop's were
-    # compiled when pip installed it).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "gputop")],
-                   check=False, capture_output=True)
+    warm_start(str(REPO / "gputop"))
     fillers: list[subprocess.Popen] = []
     frame_log = Path(tempfile.mkdtemp(prefix="gputop-bench-")) / "frames.log"
     scenario = SCENARIOS["tour"]

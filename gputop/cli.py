@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 from gputop import __version__
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 # Order is the order shown in --help.
 COMMANDS = ("top", "snapshot", "watch", "capture", "memory", "stacks", "hang", "analyze", "run",
@@ -53,7 +53,7 @@ def _add_global_options(parser: argparse.ArgumentParser, suppress: bool) -> None
     from gputop.fleet.options import add_options as add_fleet_options
 
     add_fleet_options(parser, suppress)  # --hosts and the like: many nodes over ssh
-    from gputop.promfleet.options import add_options as add_prom_options
+    from gputop.fleet.prometheus.options import add_options as add_prom_options
 
     add_prom_options(parser, suppress)  # --prometheus URL: the fleet from a Prometheus server
 
@@ -179,8 +179,33 @@ def _parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace
     return parser, parser.parse_args(argv)
 
 
+# The live monitor's own options, accepted without naming `top` (`gputop --readonly`): moved
+# after an added `top`, where its parser reads them (VALUED: those that take a value).
+TOP_OPTIONS = ("--readonly", "--auto-capture", "--replay")
+VALUED = ("--replay",)
+
+
+def _top_options_last(argv: list[str]) -> list[str]:
+    if set(argv) & set(COMMANDS) or not any(a.split("=")[0] in TOP_OPTIONS for a in argv):
+        return argv
+    rest: list[str] = []
+    top: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word.split("=")[0] in TOP_OPTIONS:
+            take = 2 if word in VALUED else 1
+            top += argv[i:i + take]
+            i += take
+        else:
+            rest.append(word)
+            i += 1
+    return [*rest, "top", *top]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _top_options_last(argv)
     parser, args = _parse(argv)
     try:
         _validate_globals(args)
@@ -199,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         from gputop.fleet import options as fleet_options
 
         fleet_options.check_command(args, name)
-        from gputop.promfleet.options import check_command, prometheus_requested
+        from gputop.fleet.prometheus.options import check_command, prometheus_requested
 
         check_command(args, name)
         if not (fleet_options.requested(args) or prometheus_requested(args)):  # with --hosts, --gpus is the nodes' business
@@ -209,7 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a reader that left (`| head`) is seen here
         return code
     except UsageError as exc:
-        print(f"gputop: error: {exc}", file=sys.stderr)
+        from gputop.core.format import (
+            safe_text,  # a message can quote a file's or a library's bytes
+        )
+
+        lines = str(exc).split("\n")  # a deliberate second line stays a line; the rest escaped
+        print("\n".join(safe_text(line) for line in [f"gputop: error: {lines[0]}", *lines[1:]]),
+              file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -29,13 +29,13 @@ sys.path.insert(0, str(REPO))
 
 from gputop.capture.service import CaptureSettings, capture  # noqa: E402
 from gputop.client.agents import list_agents  # noqa: E402
+from gputop.client.session import open_sampler  # noqa: E402
+from gputop.core.model import Snapshot  # noqa: E402
 from gputop.diagnostics.trace.analysis import TraceAnalysis  # noqa: E402
-from gputop.model import Snapshot  # noqa: E402
-from gputop.session import open_sampler  # noqa: E402
 from gputop.stacks.profile import StackReport  # noqa: E402
 from gputop.stacks.pyspy import sample_stacks  # noqa: E402
-from gputop.tui.app import GputopApp  # noqa: E402
-from gputop.tui.widgets.stacks_screen import StacksScreen  # noqa: E402
+from gputop.tui.monitor.app import GputopApp  # noqa: E402
+from gputop.tui.screens.stacks_screen import StacksScreen  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -239,12 +239,13 @@ class Background:
         return code, self.out.read_text(), self.err.read_text()
 
 
-TOUR_RECORD_S = 30
+TOUR_RECORD_S = 45
 
 
 @pytest.fixture(scope="session")
 def tour_recording(tmp_path_factory, share_process):
-    """30 s of `gputop --demo tour record`, recorded once for the tests that read it (the
+    """45 s of `gputop --demo tour record` (its trainer counts its FLOPs once it steps: torch
+    takes ~10-20 s to start on a busy machine), recorded once for the tests that read it (the
     replay's, the efficiency report's), in the background from the first that asks:
     ``tour_recording.result(timeout)`` waits for it, ``.path`` is the recording."""
     folder = tmp_path_factory.mktemp("tour-recording")

@@ -32,6 +32,24 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "throttle",
 }
 
+# The same fields as dcgm-exporter >= 4.10 names them, with their units: name -> (GPU dict key,
+# scale from the legacy unit). Written out as that exporter would export them.
+CURRENT_FIELDS = {
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": ("util", 0.01),
+    "DCGM_FI_DEV_FB_USED_BYTES": ("fb_used", MIB),
+    "DCGM_FI_DEV_FB_FREE_BYTES": ("fb_free", MIB),
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": ("power", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP_CELSIUS": ("temp", 1.0),
+    "DCGM_FI_DEV_SM_CLOCK_HERTZ": ("sm_clock", 1e6),
+    "DCGM_FI_PROF_SM_UTIL_RATIO": ("sm_active", 1.0),
+    "DCGM_FI_PROF_TENSOR_UTIL_RATIO": ("tensor", 1.0),
+    "DCGM_FI_PROF_DRAM_UTIL_RATIO": ("dram", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND": ("pcie_rx", 1.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND": ("pcie_tx", 1.0),
+    "DCGM_FI_DEV_XID_ERROR": ("xid", 1.0),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("throttle", 1.0),
+}
+
 
 def gpu(util: float, used_gib: float = 60.0, **labels: str) -> dict:
     """A GPU's dcgm-exporter values (an H100 80GB)."""
@@ -50,9 +68,12 @@ class DcgmNode:
     model: str = "NVIDIA H100 80GB HBM3"
     port: int = 0
     extra: dict = field(default_factory=dict)
+    naming: str = "legacy"  # or "current" (dcgm-exporter >= 4.10)
 
-    def series(self) -> list[tuple[str, str, float]]:
+    def series(self, naming: str | None = None) -> list[tuple[str, str, float]]:
         """(metric, label text without braces, value) of every sample it exports."""
+        fields = ({m: (k, 1.0) for m, k in DCGM_FIELDS.items()}
+                  if (naming or self.naming) == "legacy" else CURRENT_FIELDS)
         out = []
         for index, g in enumerate(self.gpus):
             labels = {"gpu": str(index), "UUID": f"GPU-{self.name}-{index:04d}",
@@ -60,8 +81,8 @@ class DcgmNode:
                       "Hostname": self.name, "container": "", "namespace": "", "pod": "",
                       "hpc_job": "", **g["labels"]}
             text = ",".join(f'{k}="{esc(v)}"' for k, v in labels.items())
-            for metric, key in DCGM_FIELDS.items():
-                out.append((metric, text, float(g[key])))
+            for metric, (key, scale) in fields.items():
+                out.append((metric, text, float(g[key]) * scale))
         return out
 
     def exposition(self) -> bytes:
@@ -71,7 +92,7 @@ class DcgmNode:
             if metric != last:
                 lines.append(f"# HELP {metric} dcgm field\n# TYPE {metric} gauge")
                 last = metric
-            lines.append(f"{metric}{{{labels}}} {value:g}")
+            lines.append(f"{metric}{{{labels}}} {value!r}")
         return ("\n".join(lines) + "\n").encode()
 
 
@@ -100,9 +121,10 @@ def serve(node: DcgmNode) -> http.server.ThreadingHTTPServer:
 
 
 def backfill(nodes: list[DcgmNode], start: float, end: float, step: float, out: Path,
-             data_dir: Path, job: str = "dcgm") -> None:
+             data_dir: Path, job: str = "dcgm", switch: dict[str, float] | None = None) -> None:
     """The nodes' series (as they are now) from ``start`` to ``end`` every ``step`` s, written
-    as OpenMetrics and made into TSDB blocks in ``data_dir``."""
+    as OpenMetrics and made into TSDB blocks in ``data_dir``. ``switch``: node name -> the time
+    it moved from legacy names to current ones (an upgrade mid-window)."""
     times = []
     t = start
     while t <= end:
@@ -111,10 +133,15 @@ def backfill(nodes: list[DcgmNode], start: float, end: float, step: float, out: 
     by_metric: dict[str, list[str]] = {}
     for node in nodes:
         instance = f'instance="127.0.0.1:{node.port}",job="{job}"'
-        for metric, labels, value in node.series():
-            rows = by_metric.setdefault(metric, [])
-            for t in times:
-                rows.append(f"{metric}{{{labels},{instance}}} {value:g} {t:.3f}")
+        at = (switch or {}).get(node.name)
+        spans = [(node.series(), times)] if at is None else [
+            (node.series("legacy"), [t for t in times if t < at]),
+            (node.series("current"), [t for t in times if t >= at])]
+        for series, span in spans:
+            for metric, labels, value in series:
+                rows = by_metric.setdefault(metric, [])
+                for t in span:
+                    rows.append(f"{metric}{{{labels},{instance}}} {value!r} {t:.3f}")
     with out.open("w") as f:
         for metric, rows in by_metric.items():
             f.write(f"# HELP {metric} dcgm field\n# TYPE {metric} gauge\n")

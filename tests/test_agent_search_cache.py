@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gputop.client import agents, namespaces
-from gputop.pidns import in_init_pidns
+from gputop.core.pidns import in_init_pidns
 
 
 def test_other_users_dirs_are_found_again_only_for_a_new_listing():

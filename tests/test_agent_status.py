@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gputop.agent_status import parse_status
-from gputop.efficiency import efficiency
-from gputop.model import GpuSample
-from gputop.validate import json_depth, number
+from gputop.core.agent_status import parse_status
+from gputop.core.efficiency import efficiency
+from gputop.core.model import GpuSample
+from gputop.core.validate import json_depth, number
 
 
 def test_out_of_range_values_are_dropped_and_named():
@@ -36,11 +36,11 @@ def test_good_values_pass_and_a_counter_never_goes_back():
 def test_flops_above_the_devices_peak_are_not_shown():
     agent = parse_status({"ok": True, "steps_per_s": 100.0, "flops": {"last": {
         "ok": True, "flops_per_step": 1e15, "precision": "fp32", "samples_per_step": 8}}})
-    eff = efficiency(agent.to_dict(), GpuSample(0, name="NVIDIA A100-SXM4-80GB"))
+    eff = efficiency(agent, GpuSample(0, name="NVIDIA A100-SXM4-80GB"))
     assert eff.mfu is None and eff.achieved_flops is None and "dropped" in eff.mfu_note
     honest = parse_status({"ok": True, "steps_per_s": 10.0, "flops": {"last": {
         "ok": True, "flops_per_step": 1e11, "precision": "fp32", "samples_per_step": 8}}})
-    eff = efficiency(honest.to_dict(), GpuSample(0, name="NVIDIA A100-SXM4-80GB"))
+    eff = efficiency(honest, GpuSample(0, name="NVIDIA A100-SXM4-80GB"))
     assert eff.mfu is not None and 0 < eff.mfu < 1
 
 

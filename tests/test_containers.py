@@ -27,8 +27,8 @@ from gputop.collect.containers import (
     owner_from_cgroups,
     read_owner,
 )
-from gputop.model import Owner
-from gputop.process_info import label_values, owner_text
+from gputop.core.model import Owner
+from gputop.core.process_info import label_values, owner_text
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 from tests.test_exporter import free_port, scrape
 

@@ -130,13 +130,14 @@ def _parser():
 def parse(words: list[str]) -> str | None:
     """None when gputop's parser (and its check of the global options) accepts ``words``, else
     what it said."""
-    from gputop.cli import _validate_globals
-    from gputop.errors import UsageError
+    from gputop.cli import _top_options_last, _validate_globals
+    from gputop.core.errors import UsageError
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            args = _parser().parse_args(words)
+            # As main() reads them: the monitor's own options without `top` named.
+            args = _parser().parse_args(_top_options_last(words))
         _validate_globals(args)
     except SystemExit as exc:
         return None if exc.code == 0 else err.getvalue().strip().splitlines()[-1]
@@ -189,4 +190,23 @@ def test_the_site_builds_strictly(tmp_path):
                            "-d", str(tmp_path / "site")], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "site" / "index.html").exists()
+    site = tmp_path / "site"
+    assert (site / "index.html").exists()
+    # Every image and every link inside the site, on every built page, leads to a file of it
+    # (the screenshots and the licence live beside docs/: the hooks bring them in).
+    broken, images = [], 0
+    for html in sorted(site.rglob("*.html")):
+        if html.parent.name in ("search", "assets") or html.name == "404.html":
+            continue
+        text = html.read_text(errors="replace")
+        for attr, target in re.findall(r'<(?:img|a)\b[^>]*?\b(src|href)="([^"#]*)', text):
+            if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("/"):
+                continue  # an anchor, another site, mailto:
+            images += attr == "src"
+            resolved = (html.parent / target.split("?")[0]).resolve()
+            if resolved.is_dir():
+                resolved = resolved / "index.html"
+            if not resolved.is_file() or site.resolve() not in resolved.parents:
+                broken.append(f"{html.relative_to(site)}: {attr}={target}")
+    assert images >= 8, images  # the screenshots are on the pages
+    assert not broken, "\n".join(broken[:20])

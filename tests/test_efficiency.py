@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gputop.client.agents import agent_status, request_flop_count
-from gputop.peaks import peak_for
+from gputop.core.peaks import peak_for
 from gputop.sim.scenarios import STARTUP_S
 from tests.conftest import (
     REPO,
@@ -98,7 +98,7 @@ def test_flop_requests_are_checked(world):
     proc, job = start_job(world, "--dims", DIMS, "--batch", str(BATCH))
     with running(proc):
         from gputop.client.agents import request
-        from gputop.protocol import AgentError
+        from gputop.core.protocol import AgentError
 
         for bad in ({"cmd": "flops", "timeout": "soon"}, {"cmd": "flops", "steps": 3},
                     {"cmd": "flops", "timeout": 1e9}):

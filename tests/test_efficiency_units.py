@@ -9,16 +9,17 @@ from dataclasses import replace
 import pytest
 
 from gputop.agent.goodput import HANG_S, LONG_STEP_MIN_S, REGIME_STEPS, GoodputLedger
-from gputop.diagnostics.live import evaluate
-from gputop.efficiency import (
+from gputop.core.agent_status import parse_status
+from gputop.core.efficiency import (
     EfficiencyTracker,
     efficiency,
     job_figures,
     share_text,
     short_text,
 )
-from gputop.model import Efficiency, GpuSample, ProcSample
-from gputop.peaks import BOARDS, PRECISIONS, board_of, peak_for
+from gputop.core.model import Efficiency, GpuSample, ProcSample
+from gputop.core.peaks import BOARDS, PRECISIONS, board_of, peak_for
+from gputop.diagnostics.live import evaluate
 from tests.test_live_rules import OWN, gpu, proc, snap
 
 # What NVML (and amd-smi) call the boards, and the table's entry each must find.
@@ -66,10 +67,10 @@ def agent(flops=1e12, rate=2.0, precision="bf16", samples=32, steps=100, best=No
           goodput=0.8, state="idle", ok=True):
     last = {"ok": ok, "flops_per_step": flops, "precision": precision,
             "samples_per_step": samples} if ok is not None else None
-    return {"steps": steps, "steps_per_s": rate,
-            "flops": {"state": state, **({"last": last} if last else {})},
-            "goodput": {"goodput": goodput, "best_window_steps_per_s": best,
-                        "seconds": {"productive": 80.0, "startup": 20.0}}}
+    return parse_status({"steps": steps, "steps_per_s": rate,
+                         "flops": {"state": state, **({"last": last} if last else {})},
+                         "goodput": {"goodput": goodput, "best_window_steps_per_s": best,
+                                     "seconds": {"productive": 80.0, "startup": 20.0}}})
 
 
 H100 = dict(index=0, name="NVIDIA H100 80GB HBM3", sm_clock_mhz=1980.0, sm_clock_max_mhz=1980.0)
@@ -102,8 +103,8 @@ def test_without_a_peak_the_reason_and_the_achieved_rate():
         assert eff.mfu is None and why in eff.mfu_note and eff.achieved_flops == 2e12
     pending = efficiency(agent(ok=None, state="armed"), GpuSample(**H100))
     assert pending.mfu is None and "not counted yet" in pending.mfu_note
-    failed = efficiency({"flops": {"state": "idle", "last": {"ok": False, "message": "boom"}}},
-                        GpuSample(**H100))
+    failed = efficiency(parse_status({"flops": {"state": "idle", "last": {
+        "ok": False, "message": "boom"}}}), GpuSample(**H100))
     assert "boom" in failed.mfu_note
     assert short_text(pending) == "goodput 80%"  # no MFU yet: left out of the narrow row
 
@@ -113,7 +114,7 @@ def test_hostile_agent_numbers_are_dropped():
                 {"flops": {"last": {"ok": True, "flops_per_step": -5}}},
                 {"flops": {"last": {"ok": True, "flops_per_step": True}}},
                 {"flops": "x", "goodput": {"goodput": 7, "seconds": {"productive": "a"}}}):
-        eff = efficiency(bad, GpuSample(**H100))
+        eff = efficiency(parse_status(bad), GpuSample(**H100))
         assert eff.mfu is None and eff.goodput is None and eff.goodput_s == {}
     odd = agent(precision="\x1b[31mred")
     assert efficiency(odd, GpuSample(**H100)).precision is None
@@ -226,7 +227,7 @@ def _with_efficiency(mfu: float, best: float, util: float = 96.0):
     eff = Efficiency(flops_per_step=1e12, precision="bf16", device="H100 SXM", mfu=mfu,
                      best_mfu=best, achieved_flops=mfu * 989.5e12, peak_flops=989.5e12)
     p = ProcSample(pid=100, name="python", cpu_percent=30.0, gpu_mem=30 << 30, ppid=1,
-                   agent={"steps": 10}, efficiency=eff)
+                   agent=parse_status({"steps": 10}), efficiency=eff)
     return lambda t: snap(t, gpu(util=util, processes=(p,)))
 
 
@@ -257,15 +258,15 @@ def test_mfu_drop_gives_way_to_a_root_cause_on_its_gpu():
 
 
 def test_job_row_and_json_carry_the_jobs_efficiency():
-    from gputop.job_groups import jobs_in
-    from gputop.tui.rows import build_rows
+    from gputop.core.job_groups import jobs_in
+    from gputop.tui.view.rows import build_rows
 
     def rank(r: int) -> ProcSample:
         eff = Efficiency(mfu=0.3 + 0.1 * r, achieved_flops=(0.3 + 0.1 * r) * 989.5e12,
                          peak_flops=989.5e12, goodput=0.9, j_per_step=500.0)
         return ProcSample(pid=200 + r, name="python", ppid=50, cmdline="python train.py",
-                          agent={"job_id": "job-1", "rank": r, "world_size": 2, "steps": 10,
-                                 "steps_per_s": 2.0}, efficiency=eff)
+                          agent=parse_status({"job_id": "job-1", "rank": r, "world_size": 2, "steps": 10,
+                                 "steps_per_s": 2.0}), efficiency=eff)
 
     s = snap(0.0, gpu(0, processes=(rank(0),)), gpu(1, processes=(rank(1),)))
     row = next(r for r in build_rows(s) if r.job == "job-1")

@@ -13,12 +13,13 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gputop.core.agent_status import parse_status
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from gputop.diagnostics.findings import Finding
 from gputop.exporter.metrics import FindingClock, all_families, gpu_families, series_count
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 
-ALLOWED_LABELS = {"gpu", "UUID", "modelName", "id", "severity", "rank", "quantile", "version",
+ALLOWED_LABELS = {"gpu", "UUID", "model_name", "id", "severity", "rank", "quantile", "version",
                   "job_id", "uid",  # a job series: its job and its owner's uid (issue 37)
                   "GPU_I_ID", "GPU_I_PROFILE", "pod", "namespace", "container", "hpc_job",
                   "hostname", "driver_version", "cuda_version", "simulated",
@@ -96,7 +97,7 @@ def test_a_lost_gpu_has_only_its_lost_series_and_jobs_are_keyed_by_job_uid_rank_
     snap = Snapshot(time=1.0, host=HostSample("h", cpu_percent=50.0),
                     driver=DriverInfo(True, "570", "12.8"),
                     gpus=(GpuSample(0, uuid="GPU-a", name="A100", util_gpu=20.0,
-                                    processes=(ProcSample(42, "python", agent=agent,
+                                    processes=(ProcSample(42, "python", agent=parse_status(agent),
                                                           uid=1000, create_time=7.5),)),
                           GpuSample(1, uuid="GPU-b", name="A100", lost=True)))
     families = all_families(snap, FindingClock(), "1.0")

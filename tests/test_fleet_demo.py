@@ -24,7 +24,7 @@ async def _until(pilot, condition, timeout: float = SLOW) -> None:
 def test_the_fleet_screen_shows_every_simulated_node():
     from gputop.cli import build_parser
     from gputop.fleet.demo import fleet_from_args
-    from gputop.tui.fleet_app import FleetApp
+    from gputop.tui.fleet.fleet_app import FleetApp
     from tests.tui_data import screen_text
 
     hosts, settings = fleet_from_args(build_parser().parse_args(["--demo", "fleet"]))
@@ -71,3 +71,16 @@ def test_demo_fleet_goes_only_with_the_monitor_and_watch():
     done = run_cli("--demo", "fleet", "snapshot")
     assert done.returncode == 2 and "--demo fleet" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_nodes_run_from_the_folder_that_holds_a_checkout(tmp_path):
+    """Where `git clone` leaves you: a folder whose gputop/ is the checkout (no __init__.py),
+    which `python -m gputop` run there would import instead of the installed package."""
+    (tmp_path / "gputop" / "gputop").mkdir(parents=True)
+    (tmp_path / "gputop" / "README.md").write_text("a checkout\n")
+    _, settings = demo.targets_and_settings(type("Args", (), {})())
+    argv = settings.ssh_argv("node01", settings.gputop_command("snapshot", "--json"))
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=cli_env(),
+                          timeout=SLOW)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["gpus"], done.stdout

@@ -96,8 +96,8 @@ def test_fleet_screen_shows_every_string_escaped(fake_ssh, monkeypatch):
     """The fleet table and a node's own screen (GPU names, commands, users, the finding's text)
     hold no raw control or bidi character, and no row is broken in two."""
     from gputop.fleet.ssh import SshSettings
-    from gputop.tui.fleet_app import FleetApp
-    from gputop.tui.widgets.node_screen import NodeScreen
+    from gputop.tui.fleet.fleet_app import FleetApp
+    from gputop.tui.screens.node_screen import NodeScreen
     from tests.tui_data import screen_text
 
     monkeypatch.setenv("PATH", fake_ssh["PATH"])

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gputop.cli import build_parser
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
+from gputop.core.model import DriverInfo, GpuSample, HostSample, Snapshot
 from gputop.fleet.monitor import DOWN, NO_GPUTOP, UP, NodeView
 from gputop.fleet.monitor import SLOW as SLOW_STATE
 from gputop.fleet.ssh import BASE_OPTIONS, SshSettings, settings_from_args
@@ -31,8 +32,7 @@ from gputop.fleet.wire import (
     decode_line,
     sample_line,
 )
-from gputop.model import DriverInfo, GpuSample, HostSample, Snapshot
-from gputop.tui.fleet_rows import fleet_findings, fleet_rows
+from gputop.tui.view.fleet_rows import fleet_findings, fleet_rows
 from tests.conftest import REPO, SLOW, cli_env, run_cli
 
 
@@ -145,7 +145,7 @@ def test_every_json_spelling_of_an_unsafe_character_arrives_escaped():
     """Each character safe_text escapes, written every way JSON can write it (raw UTF-8, a
     short escape, a \\u escape in either case), comes out escaped: the decoder's fast path
     that skips lines with nothing to escape must recognise them all."""
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     unsafe = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F,
                                *range(0x202A, 0x202F), *range(0x2066, 0x206A))]

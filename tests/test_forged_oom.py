@@ -107,3 +107,31 @@ def test_a_report_time_out_of_any_calendar_is_one_line(tmp_path, when):
     done = run_cli("memory", "--last-oom", str(path))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "time" in done.stderr
+
+
+def test_forty_newer_forgeries_do_not_hide_roots_report_and_one_opened_says_whose(shared):
+    folder, pid, env = shared
+    stamp = int(time.time() * 1000) - 60_000
+    genuine = folder / f"train_{pid}.{stamp}.oom.json"
+    genuine.write_text(json.dumps(report(pid, "the job's own out-of-memory error")))
+    forged = json.dumps(report(pid, "FORGED by another user"))
+    # 40 files of another uid, each newer than root's (and none in the future), more than
+    # the candidates tried.
+    as_nobody(f"for i in range(40):\n"
+              f"    open({str(folder)!r} + f'/x{{i}}_{pid}.{{{stamp} + 1000 + i}}.oom.json', 'w')"
+              f".write({forged!r})")
+    assert len(list(folder.glob(f"*_{pid}.*.oom.json"))) == 41
+    done = run_cli("memory", "--last-oom", str(pid), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "the job's own out-of-memory error" in done.stdout and "FORGED" not in done.stdout
+    # Opened by path, a forgery is shown, and said first to be another user's file.
+    one = folder / f"x0_{pid}.{stamp + 1000}.oom.json"
+    done = run_cli("memory", "--last-oom", str(one), env=env)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert f"uid {NOBODY}" in first and "not yours" in first, done.stdout
+    shown = json.loads(run_cli("memory", "--last-oom", str(one), "--json", env=env).stdout)
+    assert shown["owner"].startswith(f"uid {NOBODY}")
+    # Root's own file opened by path says nothing of an owner.
+    done = run_cli("memory", "--last-oom", str(genuine), env=env)
+    assert done.returncode == 0 and "not yours" not in done.stdout

@@ -95,8 +95,8 @@ def test_a_sleeping_rank_is_named_with_the_collective_and_its_sequence(fr_dumps,
 def test_the_text_report_says_who_never_reached_what(fr_dumps):
     out = run_cli("analyze", str(fr_dumps / "sleep" / "pickle"))
     assert out.returncode == 0, out.stderr
-    assert "rank 2 never reached all_reduce #6 of default_pg; the 3 other ranks have waited " \
-        "there for" in " ".join(out.stdout.split())
+    assert "rank 2 never reached all_reduce #6 of default_pg; 3 other ranks in 1 group wait " \
+        "because of it" in " ".join(out.stdout.split())
     assert "verdict: hang" in out.stdout
 
 
@@ -132,12 +132,13 @@ def test_several_process_groups_name_the_group_the_rank_never_reached(fr_dumps, 
     assert hang["id"] == "hang"
     assert hang["ranks"] == [3]
     assert hang["process_group"]["desc"] == "DATA_PARALLEL_GROUP"
-    assert hang["waiting_ranks"] == [1]  # rank 3's data-parallel peer
+    assert hang["waiting_ranks"] == [0, 1, 2]  # every other rank waits, none is a cause
     assert hang["seq"] == 6
-    # The world's all_reduce also waits on rank 3; rank 1 is late there only because it waits
-    # in the data-parallel group: named blocked, not as a cause.
-    world = next(f for f in report["findings"] if f["process_group"]["desc"] == "default_pg")
-    assert world["ranks"] == [3] and world["blocked_ranks"] == [1]
+    # The world's all_reduce also waits on rank 3 and on rank 1, which is late there only
+    # because it waits in the data-parallel group: a symptom of the one cause.
+    world = next(s for s in hang["symptoms"] if s["process_group"]["desc"] == "default_pg")
+    assert world["because_of"] == [1, 3] and world["waiting_ranks"] == [0, 2]
+    assert [f["id"] for f in report["findings"]] == ["hang"]
     descs = sorted({g["desc"] for g in report["process_groups"]})
     assert descs == ["DATA_PARALLEL_GROUP", "TENSOR_PARALLEL_GROUP", "default_pg"]
 

@@ -11,10 +11,11 @@ import pytest
 
 from gputop.agent import flight_recorder
 from gputop.commands.run import job_environment
+from gputop.core.agent_status import parse_status
+from gputop.core.model import DriverInfo, HostSample, ProcSample, Snapshot
+from gputop.core.protocol import MAX_MESSAGE, encode
 from gputop.diagnostics.live import evaluate
 from gputop.diagnostics.live.hang import MIN_ENV, bound_s, min_bound_s
-from gputop.model import DriverInfo, HostSample, ProcSample, Snapshot
-from gputop.protocol import MAX_MESSAGE, encode
 
 JOB = "torchrun:unit"
 
@@ -24,7 +25,8 @@ def rank(pid: int, r: int, age: float, p95: float = 0.05, ckpt: float | None = N
     agent = {"rank": r, "local_rank": r, "world_size": 4, "local_world_size": 4, "job_id": JOB,
              "steps": 100, "steps_per_s": 10.0, "step_time_p50_s": p95 / 2,
              "step_time_p95_s": p95, "last_step_age_s": age, "checkpoint_s": ckpt}
-    return ProcSample(pid=pid, name="python", cpu_percent=cpu, ppid=os.getpid(), agent=agent)
+    return ProcSample(pid=pid, name="python", cpu_percent=cpu, ppid=os.getpid(),
+                      agent=parse_status(agent))
 
 
 def history(ranks_at, seconds: int = 8) -> list[Snapshot]:

@@ -1,4 +1,4 @@
-"""The C heap's free pages go back to the system (gputop.tui.heap), also those below live
+"""The C heap's free pages go back to the system (gputop.tui.textual_fixes.heap), also those below live
 chunks, which glibc's free() keeps resident."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import platform
 import psutil
 import pytest
 
-from gputop.tui.heap import release_free_memory
+from gputop.tui.textual_fixes.heap import release_free_memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")

@@ -7,8 +7,8 @@ from array import array
 
 import pytest
 
-from gputop.history import WEEK_OF_MINUTES, History, Series, _Ring, _WholeRun
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
+from gputop.core.history import WEEK_OF_MINUTES, History, Series, _Ring, _WholeRun
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 
 
 def test_raw_window_keeps_the_last_points_in_order():
@@ -135,7 +135,7 @@ def test_process_series_are_evicted_and_capped():
 
 def test_every_charted_field_is_kept():
     """The history keeps only the GPU series something draws: each chart's field is one."""
-    from gputop.history import GPU_FIELDS
-    from gputop.tui.frames import CHART_FIELDS
+    from gputop.core.history import GPU_FIELDS
+    from gputop.tui.view.frames import CHART_FIELDS
 
     assert set(CHART_FIELDS) <= set(GPU_FIELDS)

@@ -15,7 +15,7 @@ import pytest
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import Sampler
-from gputop.snapshot_json import snapshot_to_json
+from gputop.core.snapshot_json import snapshot_to_json
 from tests.conftest import SLOW, wait_for
 
 # A parent that forks two children burning CPU, then waits: a DataLoader-shaped tree.

@@ -122,4 +122,9 @@ def test_a_hostile_agent_of_another_user_cannot_take_over_or_poison_job_series(
     rejected = set(procs[hostile]["agent"]["rejected"])
     assert {"steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
             "dataloader_wait_share", "goodput.goodput", "flops.last.flops_per_step"} <= rejected
+    # torch.compile's: the same rule (refused and named, no health shown from them).
+    assert {"compile.compiles", "compile.recompiles", "compile.compile_s",
+            "compile.blocked_after_warmup_s", "compile.cudagraph.rerecords",
+            "compile.functions.0.compiles", "compile.functions.0.line"} <= rejected
+    assert procs[hostile].get("compiled") is None
     assert "rejected" not in procs[victim]["agent"]

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputop import protocol
 from gputop.client.status_probe import PROBE_DEADLINE_S, StatusProbe
+from gputop.core import protocol
 from tests.conftest import REPO, SLOW, cli_env, end_popen, wait_for
 
 pytestmark = pytest.mark.timeout(8 * SLOW)
@@ -152,9 +152,10 @@ def test_an_agent_that_was_slow_once_comes_back():
         assert os.getpid() not in probe(set())
         assert any(pid == os.getpid() for pid, _ in probe.quiet())
         status = wait_for(lambda: probe(set()).get(os.getpid()), timeout=SLOW, interval=0.2)
-        assert status["steps"] == 7
+        assert status.steps == 7
         assert not any(pid == os.getpid() for pid, _ in probe.quiet())
-        assert probe(set()).get(os.getpid(), {}).get("steps") == 7
+        again = probe(set()).get(os.getpid())
+        assert again is not None and again.steps == 7
     finally:
         server.close()
         with contextlib.suppress(OSError):

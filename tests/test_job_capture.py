@@ -207,8 +207,8 @@ def test_the_monitor_shows_one_job_row_and_p_on_it_compares_the_ranks(world, slo
     then `p` on it gives the cross-rank screen naming rank 2."""
     import asyncio
 
-    from gputop.tui.app import GputopApp
-    from gputop.tui.widgets.job_screen import JobScreen
+    from gputop.tui.monitor.app import GputopApp
+    from gputop.tui.screens.job_screen import JobScreen
 
     async def drive() -> None:
         app = GputopApp(interval=0.5)

@@ -8,9 +8,9 @@ import json
 
 import msgspec
 
+from gputop.core.format import json_safe
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from gputop.fleet.wire import decode_line, sample_line
-from gputop.format import json_safe
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from tests.conftest import run_cli
 
 NAME = "aten::mm\u202e\u2066\u200f\x85\x9b31m\x7fé"

@@ -1,4 +1,4 @@
-"""Key names answered without Unicode's name database (gputop.tui.key_names): every answer
+"""Key names answered without Unicode's name database (gputop.tui.textual_fixes.key_names): every answer
 is the one ``unicodedata`` gives, and the monitor's keys never need the database."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import textual.keys
 from textual.keys import KEY_TO_UNICODE_NAME, Keys, format_key, key_to_character
 
-from gputop.tui import key_names
-from gputop.tui.app import GputopApp
-from gputop.tui.fleet_app import FleetApp
-from gputop.tui.keys import KEYS
-from gputop.tui.prom_fleet_app import PromFleetApp
+from gputop.tui.fleet.fleet_app import FleetApp
+from gputop.tui.fleet.prom_fleet_app import PromFleetApp
+from gputop.tui.monitor.app import GputopApp
+from gputop.tui.monitor.keys import KEYS
+from gputop.tui.textual_fixes import key_names
 from tests.tui_data import run_async, scenario_snapshots, screen_text, until
 
 

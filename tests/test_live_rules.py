@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from gputop.core.agent_status import parse_status
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
 from gputop.diagnostics.live import LiveDiagnosis, evaluate
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
 
 GIB = 1024**3
 OWN = 999_999  # the monitor's pid in these histories
@@ -65,7 +66,7 @@ def test_dataloader_stall_from_saturated_workers():
 
 def test_dataloader_stall_from_the_agent():
     agent = final(lambda t: snap(t, gpu(util=40, processes=(
-        proc(cpu=40, agent={"dataloader_wait_share": 0.6}),))))
+        proc(cpu=40, agent=parse_status({"dataloader_wait_share": 0.6})),))))
     assert ids(agent) == {"dataloader-stall"} and "60%" in agent[0].evidence
     # The same severity scale as a capture: a 60% wait on a 60%-idle GPU is critical.
     assert agent[0].severity == "critical"
@@ -85,12 +86,12 @@ def test_the_agents_direct_measure_wins_over_nvml():
     # NVML says 70% busy (any kernel running counts), the agent times the loop waiting 20% of
     # each step: a stall, at the cost the agent measured, and the evidence says so.
     waits = final(lambda t: snap(t, gpu(util=70, processes=(
-        proc(cpu=40, agent={"dataloader_wait_share": 0.2}),))))
+        proc(cpu=40, agent=parse_status({"dataloader_wait_share": 0.2})),))))
     assert ids(waits) == {"dataloader-stall"} and waits[0].severity == "warning"
     assert "agent measures" in waits[0].evidence and "NVML" in waits[0].evidence
     # Saturated workers, but the agent says the loop does not wait: not an input stall.
     fed_loop = final(lambda t: snap(t, gpu(util=20, processes=(
-        proc(cpu=5, workers=(97, 99), agent={"dataloader_wait_share": 0.01}),))))
+        proc(cpu=5, workers=(97, 99), agent=parse_status({"dataloader_wait_share": 0.01})),))))
     assert "dataloader-stall" not in ids(fed_loop)
 
 
@@ -135,9 +136,9 @@ def test_a_sawtooth_alone_is_not_host_sync():
 
 def test_host_sync_from_the_agents_sync_timing():
     def make(sync):
-        return lambda t: snap(t, gpu(util=60, sm_active=50.0, processes=(proc(cpu=90, agent={
+        return lambda t: snap(t, gpu(util=60, sm_active=50.0, processes=(proc(cpu=90, agent=parse_status({
             "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": sync,
-            "host_busy_share": 0.4}),)))
+            "host_busy_share": 0.4})),)))
 
     found = final(make(0.5))
     assert ids(found) == {"host-sync"} and found[0].severity == "critical"
@@ -158,9 +159,9 @@ def test_host_sync_from_a_process_asleep_while_its_gpu_works():
 
 def test_host_bound_from_the_agents_step_breakdown():
     def make(busy, cpu):
-        return lambda t: snap(t, gpu(util=20, sm_active=17.0, processes=(proc(cpu=cpu, agent={
+        return lambda t: snap(t, gpu(util=20, sm_active=17.0, processes=(proc(cpu=cpu, agent=parse_status({
             "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": 0.0,
-            "host_busy_share": busy}),)))
+            "host_busy_share": busy})),)))
 
     found = final(make(0.95, 100))
     assert ids(found) == {"host-bound"} and found[0].severity == "critical"
@@ -187,7 +188,7 @@ def test_no_cause_during_start_up():
     def with_agent(first_step):
         return lambda t: snap(t, gpu(util=0, mem_used=GIB // 2, processes=(proc(
             cpu=100, create_time=0.0,
-            agent={"steps": max(0, int(t - first_step)), "dataloader_wait_share": 0.0}),)))
+            agent=parse_status({"steps": max(0, int(t - first_step)), "dataloader_wait_share": 0.0})),)))
 
     assert final(with_agent(100), 25) == []
     after = final(with_agent(5), 25)  # stepping since 5 s, GPU still idle, thread saturated
@@ -212,7 +213,7 @@ def test_memory_growth_leaves_the_start_up_out():
         steps = max(0, int(t) - 10)
         mem = (t * 2 * GIB) if t < 10 else 20 * GIB
         return snap(t, gpu(mem_used=int(mem), processes=(proc(
-            create_time=0.0, agent={"steps": steps, "dataloader_wait_share": 0.0}),)))
+            create_time=0.0, agent=parse_status({"steps": steps, "dataloader_wait_share": 0.0})),)))
 
     assert "memory-growth" not in ids(final(make, 40))
 
@@ -226,7 +227,7 @@ def test_gpu_idle_then_hung():
     assert ids(hung) == {"hung"} and "gpu-idle" in hung[0].evidence
     # Steps advancing (agent) means slow, not hung.
     moving = lambda t: snap(t, gpu(util=0, processes=(  # noqa: E731
-        proc(cpu=1, agent={"steps": int(t)}),)))
+        proc(cpu=1, agent=parse_status({"steps": int(t)})),)))
     assert "hung" not in ids(final(moving, 70))
 
 
@@ -404,8 +405,8 @@ def test_the_costliest_host_cause_wins():
     # A per-step .item() that waits 5 % of the step, on a GPU idle 78 % behind a thread busy
     # with its own Python (H200: util 21 %, SM 12 %): host-bound explains the idle time, and
     # names the sync in its evidence.
-    found = final(lambda t: snap(t, gpu(util=22, sm_active=12.0, processes=(proc(cpu=99, agent={
+    found = final(lambda t: snap(t, gpu(util=22, sm_active=12.0, processes=(proc(cpu=99, agent=parse_status({
         "steps": 100 + int(t), "dataloader_wait_share": 0.0, "sync_wait_share": 0.06,
-        "host_busy_share": 0.9}),))))
+        "host_busy_share": 0.9})),))))
     assert [f.id for f in found] == ["host-bound"]
     assert "host-sync" in found[0].evidence

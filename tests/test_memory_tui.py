@@ -13,8 +13,9 @@ import time
 import psutil
 import pytest
 
-from gputop.model import ProcSample
-from gputop.tui.app import GputopApp
+from gputop.core.agent_status import parse_status
+from gputop.core.model import ProcSample
+from gputop.tui.monitor.app import GputopApp
 from tests.conftest import REPO, SLOW, end_popen, wait_for
 from tests.scripts.agent_testkit import gputop_run, private_agent_world, wait_for_steps
 from tests.test_tui_terminal import Tmux, start, tmux_or_skip
@@ -52,10 +53,10 @@ async def test_m_shows_where_the_memory_goes(world):
         ps = psutil.Process(job.pid)
         proc = ProcSample(pid=job.pid, name="python", cpu_percent=10.0, user="tester",
                           state="running", create_time=ps.create_time(),
-                          cmdline="python memory_jobs.py grow", agent={"steps": 3})
+                          cmdline="python memory_jobs.py grow", agent=parse_status({"steps": 3}))
         app = GputopApp(snapshots=with_process(scenario_snapshots("tour", 5), proc))
         async with app.run_test(size=(140, 45)) as pilot:
-            from gputop.tui.widgets.memory_screen import MemoryScreen
+            from gputop.tui.screens.memory_screen import MemoryScreen
 
             await until(pilot, lambda: app.table.row_count > 0)
             app.table.move_cursor(row=app.table.get_row_index(str(job.pid)))
@@ -89,7 +90,7 @@ async def test_a_process_that_dies_of_an_allocation_failure_is_shown_with_M(worl
         monkeypatch.setenv("GPUTOP_DEMO_PIDS", f"0:{job.pid}")
         app = GputopApp(demo="memory-leak", interval=0.5)
         async with app.run_test(size=(140, 45)) as pilot:
-            from gputop.tui.widgets.memory_screen import MemoryScreen
+            from gputop.tui.screens.memory_screen import MemoryScreen
 
             await until(pilot, lambda: job.pid in app.capture.agent_pids, timeout=2 * SLOW)
             await until(pilot, lambda: job.poll() is not None, timeout=2 * SLOW)

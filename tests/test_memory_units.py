@@ -8,13 +8,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from gputop.agent.memory_events import Sites, allocator_events, user_site
-from gputop.agent.memory_summary import Storages, growth, peak
+from gputop.agent.memory.events import Sites, allocator_events, user_site
+from gputop.agent.memory.summary import Storages, growth, peak
+from gputop.capture.memory.report import ReportError, decode_report
+from gputop.capture.memory.verdict import verdicts
+from gputop.capture.memory.where import MemoryWhere
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from gputop.diagnostics.findings import Finding
-from gputop.memory.report import ReportError, decode_report
-from gputop.memory.verdict import verdicts
-from gputop.memory.where import MemoryWhere
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 
 MIB = 1 << 20
 MS = 1_000_000  # events are in ns

@@ -19,8 +19,8 @@ import pytest
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.sampler import Sampler
+from gputop.core.process_info import NA_MIG
 from gputop.diagnostics.live.mig import LiveDiagnosis
-from gputop.process_info import NA_MIG
 from gputop.sim.scenarios import A100, H100_MIG_7X1G, SCENARIOS, GpuBehaviour, Scenario
 from tests.conftest import REPO, SLOW, cli_env, run_cli, wait_for
 from tests.test_exporter import free_port, scrape
@@ -132,7 +132,7 @@ def test_exporter_labels_each_instance_with_gpu_i_id_and_profile(spawn):
     for s in mem.values():
         assert s.labels["GPU_I_PROFILE"] == "1g.10gb" and s.labels["gpu"] == "0"
         # As dcgm-exporter: the board's model and UUID, the instance in GPU_I_*.
-        assert s.labels["modelName"] == "NVIDIA H100 80GB HBM3"
+        assert s.labels["model_name"] == "NVIDIA H100 80GB HBM3"
         assert s.labels["UUID"].startswith("GPU-")
     sm = [s for s in samples if s.name == "gputop_gpu_sm_active_ratio" and s.labels["GPU_I_ID"]]
     assert len(sm) == 7
@@ -143,7 +143,7 @@ def test_exporter_labels_each_instance_with_gpu_i_id_and_profile(spawn):
 
 
 def test_the_live_monitor_shows_the_instances_and_n_a_mig_cells():
-    from gputop.tui.app import GputopApp
+    from gputop.tui.monitor.app import GputopApp
     from tests.tui_data import screen_text
 
     async def run() -> str:

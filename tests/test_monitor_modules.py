@@ -23,14 +23,14 @@ from tests.conftest import REPO, SLOW, cli_env
 # charts from the history.
 TOP_PROBE = """
 import gc, json, sys, threading
-from gputop.tui.early_start import EarlySampler
+from gputop.tui.monitor.early_start import EarlySampler
 
 gc.disable()
 early = EarlySampler("tour", None, 0).start()
-from gputop.tui.lean_imports import lean_imports
+from gputop.tui.textual_fixes.lean_imports import lean_imports
 
 with lean_imports():
-    from gputop.tui.app import GputopApp
+    from gputop.tui.monitor.app import GputopApp
 import asyncio
 
 app = GputopApp(demo="tour", gpus=None, interval=1.0, seed=0, auto_capture=False, early=early)
@@ -54,7 +54,7 @@ async def main():
                 break
             await pilot.pause(0.05)
         for _ in range(1200):
-            if (app.frames_rendered >= 4 and "gputop.history" in sys.modules
+            if (app.frames_rendered >= 4 and "gputop.core.history" in sys.modules
                     and "gputop.tui.widgets.chart" in sys.modules):
                 break
             await pilot.pause(0.05)
@@ -79,11 +79,11 @@ ALLOWED_GPUTOP = {
     "gputop", "gputop.__main__", "gputop.cli", "gputop.commands", "gputop.commands.top",
     "gputop.demo", "gputop.demo.attach", "gputop.demo.standins", "gputop.diagnostics",
     "gputop.diagnostics.findings", "gputop.diagnostics.next_steps",
-    "gputop.protocol",
-    "gputop.efficiency", "gputop.errors", "gputop.format", "gputop.job_groups",
-    "gputop.mig_view", "gputop.model", "gputop.pcie", "gputop.peaks", "gputop.process_info",
-    "gputop.session", "gputop.agent_status", "gputop.boards", "gputop.compile_health",
-    "gputop.pidns", "gputop.validate",
+    "gputop.core", "gputop.core.protocol", "gputop.core.gpu_family",
+    "gputop.core.efficiency", "gputop.core.errors", "gputop.core.format", "gputop.core.job_groups",
+    "gputop.core.mig_view", "gputop.core.model", "gputop.core.pcie", "gputop.core.peaks", "gputop.core.process_info",
+    "gputop.client.session", "gputop.core.agent_status", "gputop.core.boards", "gputop.core.compile_health",
+    "gputop.core.pidns", "gputop.core.validate",
 }
 # ... and these packages, whole.
 ALLOWED_GPUTOP_PACKAGES = ("gputop.collect", "gputop.sim", "gputop.diagnostics.live",
@@ -126,10 +126,10 @@ def top_modules() -> dict:
 def test_top_loads_only_allowed_modules_at_its_first_frame_and_never_numpy():
     result = top_modules()
     later = result["later"]
-    assert "gputop.history" in later and "gputop.tui.widgets.chart" in later, result["frames"]
+    assert "gputop.core.history" in later and "gputop.tui.widgets.chart" in later, result["frames"]
     assert [m for m in later if m.split(".")[0] in ("numpy", "pandas", "pyarrow")] == []
     modules = result["modules"]
-    assert "textual.app" in modules and "gputop.tui.app" in modules  # it is the real app
+    assert "textual.app" in modules and "gputop.tui.monitor.app" in modules  # it is the real app
     assert "gputop.collect.sampler" in modules
     assert heavy(modules) == [], {m: HEAVY[next(h for h in HEAVY if m.startswith(h))]
                                   for m in heavy(modules)}
@@ -147,7 +147,7 @@ def test_what_the_interface_is_imported_without_still_loads_and_works_later():
     called, and each module imports for real afterwards."""
     code = """
 import sys
-from gputop.tui.lean_imports import lean_imports
+from gputop.tui.textual_fixes.lean_imports import lean_imports
 with lean_imports():
     import asyncio, textual.app, textual.theme, textual.suggestions
 stand_ins = ("ssl", "textual.command", "platformdirs", "difflib", "platform")
@@ -188,7 +188,7 @@ def test_snapshot_imports_no_pandas_pyarrow_torch_or_training_side_agent():
 def test_the_checks_would_see_a_heavy_or_unlisted_module():
     """The checks above can fail: what pandas, the agent or an unlisted package would add."""
     assert heavy(["pandas.core.frame", "gputop.agent.profiling", "gputop.diagnostics.trace_load",
-                  "gputop.tui.app"]) == ["gputop.agent.profiling",
+                  "gputop.tui.monitor.app"]) == ["gputop.agent.profiling",
                                           "gputop.diagnostics.trace_load", "pandas.core.frame"]
     assert not_allowed(["json", "textual.app", "requests", "gputop.recording.store",
                         "gputop.collect.nvml", "gputop.demo.train", "gputop.capture.service",

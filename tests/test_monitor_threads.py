@@ -19,12 +19,12 @@ from tests.conftest import REPO, SLOW, cli_env
 PROBE = """
 import asyncio, gc, json, os, sys, threading
 from gputop.commands.top import one_blas_thread
-from gputop.tui.early_start import EarlySampler
+from gputop.tui.monitor.early_start import EarlySampler
 
 gc.disable()
 one_blas_thread()
 early = EarlySampler("tour", None, 0).start()
-from gputop.tui.app import GputopApp
+from gputop.tui.monitor.app import GputopApp
 
 app = GputopApp(demo="tour", gpus=None, interval=0.3, seed=0, auto_capture=False, early=early)
 
@@ -39,7 +39,7 @@ async def main():
         for _ in range(1200):
             await pilot.pause(0.05)
             pcie = [n for n in names() if n.startswith("gputop-pcie")]
-            if (app.frames_rendered >= 4 and "gputop.history" in sys.modules
+            if (app.frames_rendered >= 4 and "gputop.core.history" in sys.modules
                     and "gputop.tui.widgets.chart" in sys.modules and len(pcie) <= 2):
                 break
         seen = {"python": names(), "native": len(os.listdir("/proc/self/task")),
@@ -75,7 +75,7 @@ def test_the_first_frames_sample_asks_no_agent_and_the_next_tick_does(simulated)
     deadline); every tick after it asks them, as before."""
     from gputop.collect.nvml import NvmlCollector
     from gputop.collect.sampler import Sampler
-    from gputop.tui.early_start import first_sample
+    from gputop.tui.monitor.early_start import first_sample
 
     simulated("healthy")
     asked: list[set[int]] = []

@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 
 from gputop.collect.nvml import SLOW_EVERY, NvmlCollector, decode_clock_events
-from gputop.model import GpuSample
+from gputop.core.model import GpuSample
 from gputop.sim import nvml as simnvml
 from gputop.sim.scenarios import SCENARIOS, reading
 

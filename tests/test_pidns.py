@@ -26,7 +26,8 @@ import psutil
 import pytest
 
 from gputop.collect.pidmap import PidResolver
-from gputop.pidns import device_holders, eliminate, nspids
+from gputop.core.agent_status import parse_status
+from gputop.core.pidns import device_holders, eliminate, nspids
 from tests.conftest import REPO, SLOW, wait_for
 from tests.scripts.agent_testkit import agent_env, private_runtime_dir
 
@@ -145,8 +146,8 @@ def test_host_sibling_and_own_namespace_name_the_job_and_capture_it(ns_job):
 def test_p_in_the_live_monitor_captures_the_namespaced_job(ns_job, monkeypatch):
     """The live monitor on the host: the job's row shows its container pid, and `p` on it
     captures through the agent's socket in the job's namespace."""
-    from gputop.tui.app import GputopApp
-    from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
+    from gputop.tui.monitor.app import GputopApp
+    from gputop.tui.screens.diagnosis_screen import DiagnosisScreen
     from tests.tui_data import screen_text
 
     host, env = ns_job
@@ -215,8 +216,8 @@ def test_resolver_uses_the_agents_host_pids_then_elimination():
         return {0: {21}, 1: {22}}
 
     resolver = PidResolver(holders=holders)
-    agents = {20: {"pid": 20, "host_pid": 5000},  # an agent here that knows its host pid
-              5003: {"pid": 1, "host_pid": 5003}}  # another namespace's agent, by host pid
+    agents = {20: parse_status({"pid": 20, "host_pid": 5000}),  # an agent here, its host pid
+              5003: parse_status({"pid": 1, "host_pid": 5003})}  # another namespace's, by host pid
     out = resolver.resolve({0: [5000, 5001], 1: [5002], 2: [5003, 5004]}, {0: 0, 1: 1},
                            agents, alive=lambda pid: True)
     assert out[5000].local == 20
@@ -227,5 +228,5 @@ def test_resolver_uses_the_agents_host_pids_then_elimination():
     assert calls == [[0, 1]]
     # The device files are scanned again only after HOLDERS_EVERY_S; matches are kept.
     again = resolver.resolve({0: [5000, 5001], 1: [5002]}, {0: 0, 1: 1},
-                             {20: {"pid": 20, "host_pid": 5000}}, alive=lambda pid: True)
+                             {20: agents[20]}, alive=lambda pid: True)
     assert again[5001].local == 21 and len(calls) == 1

@@ -1,4 +1,4 @@
-"""The plain first frame (gputop/tui/plain_frame.py): the first sample of the simulated driver,
+"""The plain first frame (gputop/tui/monitor/plain_frame.py): the first sample of the simulated driver,
 with a real process on a GPU, written to a real pseudo-terminal before the interface loads."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from gputop.session import open_sampler
-from gputop.tui.early_start import first_sample
-from gputop.tui.plain_frame import ENTER, LEAVE, MARK, PlainFirstFrame
+from gputop.client.session import open_sampler
+from gputop.tui.monitor.early_start import first_sample
+from gputop.tui.monitor.plain_frame import ENTER, LEAVE, MARK, PlainFirstFrame
 
 
 def _read(fd: int) -> bytes:

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from gputop.promfleet.client import PromAuth, PromClient, PromError, parse_duration, quote
-from gputop.promfleet.jobs import pod_owner
-from gputop.promfleet.sources import Filters, fetch
+from gputop.fleet.prometheus.client import PromAuth, PromClient, PromError, parse_duration, quote
+from gputop.fleet.prometheus.jobs import pod_owner
+from gputop.fleet.prometheus.sources import Filters, fetch
 
 
 class _Server:
@@ -70,9 +70,9 @@ def test_quote_keeps_a_label_value_a_string():
 
 def test_answers_are_bounded_in_bytes_and_series(server):
     big = server(vector([{"metric": {"i": str(i)}, "value": [1, "1"]} for i in range(50)]))
-    with pytest.raises(PromError, match="series in one answer"):
-        PromClient(big.url, max_series=10).query("up")
-    with pytest.raises(PromError, match="an answer over"):
+    with pytest.raises(PromError, match="the up query: over 10 series, refused while reading"):
+        PromClient(big.url, max_series=10).query("up", what="the up query")
+    with pytest.raises(PromError, match="over 100 bytes, refused while reading"):
         PromClient(big.url, max_bytes=100).query("up")
     assert len(PromClient(big.url).query("up")) == 50
 
@@ -138,8 +138,8 @@ def test_promfleet_never_imports_textual():
 
     from tests.conftest import REPO, cli_env
 
-    code = ("import importlib, pkgutil, sys, gputop.promfleet as p\n"
-            "for i in pkgutil.walk_packages(p.__path__, 'gputop.promfleet.'):\n"
+    code = ("import importlib, pkgutil, sys, gputop.fleet.prometheus as p\n"
+            "for i in pkgutil.walk_packages(p.__path__, 'gputop.fleet.prometheus.'):\n"
             "    importlib.import_module(i.name)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

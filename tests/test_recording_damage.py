@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
+from gputop.core.agent_status import parse_status
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot
 from gputop.recording.store import Recorder, RecordingError
 from gputop.sim.scenarios import SCENARIOS
 from tests.conftest import run_cli, small_tmpfs
@@ -124,7 +125,7 @@ def small_disk(tmp_path):
 
 def _snapshot(t: float) -> Snapshot:
     procs = tuple(ProcSample(pid=1000 + i, name="python", cmdline=f"python train.py --rank {i}",
-                             cpu_percent=99.0, gpu_mem=1 << 34, agent={"steps": int(t)})
+                             cpu_percent=99.0, gpu_mem=1 << 34, agent=parse_status({"steps": int(t)}))
                   for i in range(4))
     gpus = tuple(GpuSample(index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}", util_gpu=97.0,
                            mem_used=60 << 30, mem_total=80 << 30, power_w=600.0 + t % 7,

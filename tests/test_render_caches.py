@@ -1,5 +1,5 @@
 """The process-wide caches drawing fills (rich's cell widths, Textual's Region geometry) hold
-at most a few frames' values (gputop.tui.render_caches): each tick's figures are new strings,
+at most a few frames' values (gputop.tui.textual_fixes.render_caches): each tick's figures are new strings,
 and left alone the caches keep thousands of them for as long as the monitor runs."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from rich.cells import cached_cell_len
 from textual.geometry import Region
 
-from gputop.tui import render_caches
-from gputop.tui.app import GputopApp
+from gputop.tui.monitor.app import GputopApp
+from gputop.tui.textual_fixes import render_caches
 from tests.tui_data import run_async, scenario_snapshots, show_next, until
 
 TOUR = scenario_snapshots("tour", 60)

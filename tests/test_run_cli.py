@@ -56,7 +56,7 @@ def test_exit_status_and_pid_are_the_jobs(world):
     report = json.loads(result.stdout)
     assert report["socket"] and report["socket"].endswith(f"/{report['pid']}.sock")
     assert report["torch_imported"] is False  # the agent never imports torch itself
-    assert report["sitecustomize"] is None or "_boot" in report["sitecustomize"]
+    assert report["sitecustomize"] is None or "agent/boot" in report["sitecustomize"]
     assert result.stderr == ""
     assert not os.path.exists(report["socket"])  # removed at exit
 

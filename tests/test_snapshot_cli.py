@@ -58,8 +58,12 @@ def test_input_starved_lists_a_live_pid_with_measured_workers():
     proc = data["gpus"][0]["processes"][0]
     assert proc["workers"], proc
     for worker in proc["workers"]:
-        assert worker["cpu_percent"] is not None and worker["cpu_percent"] > 5  # measured, busy
+        assert worker["cpu_percent"] is not None and worker["cpu_percent"] >= 0  # measured
         assert worker["state"]
+    # Busy: CPU-bound workers want a CPU the whole second, whatever share of one a loaded
+    # host gives them; the kernel books that time as running or as waiting in a run queue.
+    wait = proc["cpu_wait"]
+    assert wait["run_s"] + wait["wait_s"] >= 0.5 * len(proc["workers"]), wait
     # The stand-ins end with the command: the pids are real but gone now.
     assert not psutil.pid_exists(proc["pid"]) or psutil.Process(proc["pid"]).status() == "zombie"
 

@@ -12,11 +12,11 @@ import time
 import psutil
 import pytest
 
+from gputop.core.model import ProcSample
 from gputop.diagnostics.findings import Finding
-from gputop.model import ProcSample
-from gputop.tui.app import GputopApp
+from gputop.tui.monitor.app import GputopApp
+from gputop.tui.screens.stacks_screen import StacksScreen
 from gputop.tui.widgets.findings import findings_text
-from gputop.tui.widgets.stacks_screen import StacksScreen
 from tests.conftest import SLOW, end_popen, wait_for
 from tests.scripts.stacks_testkit import (
     BURNER,

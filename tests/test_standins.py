@@ -16,7 +16,7 @@ from tests.conftest import REPO, SLOW, cli_env, wait_for
 HOLDER = textwrap.dedent(
     f"""
     import time
-    from gputop.session import open_sampler
+    from gputop.client.session import open_sampler
     with open_sampler("input-starved", wait_for_workers={SLOW}) as sampler:
         snap = sampler.sample()
         proc = snap.gpus[0].processes[0]
@@ -49,7 +49,7 @@ def test_standins_die_when_gputop_is_killed(spawn):
 
 
 def test_session_exit_stops_standins():
-    from gputop.session import open_sampler
+    from gputop.client.session import open_sampler
 
     with open_sampler("tour", wait_for_workers=SLOW) as sampler:
         snap = sampler.sample()
@@ -104,8 +104,8 @@ def test_in_the_monitor_a_standin_that_fails_is_a_notification(tmp_path, monkeyp
     the app exists, so the line waits for the app)."""
     import asyncio
 
-    from gputop.tui.app import GputopApp
-    from gputop.tui.early_start import EarlySampler
+    from gputop.tui.monitor.app import GputopApp
+    from gputop.tui.monitor.early_start import EarlySampler
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [broken_torch(tmp_path), os.environ.get("PYTHONPATH", "")]))

@@ -1,6 +1,6 @@
 """Strips the screen drops are freed at once: Textual's divide and crop_extend cache their
 result in the strip, the strip itself included, which made every line a widget spans whole a
-reference cycle (gputop.tui.strip_cycles)."""
+reference cycle (gputop.tui.textual_fixes.strip_cycles)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-import gputop.tui.strip_cycles as strip_cycles
+import gputop.tui.textual_fixes.strip_cycles as strip_cycles
 
 RED = Style(color="red")
 

@@ -12,9 +12,9 @@ import json
 
 import pytest
 
+from gputop.core.pcie import pcie_gb_per_s
 from gputop.diagnostics.trace.analysis import analyze_trace
-from gputop.diagnostics.trace.links import host_link
-from gputop.pcie import pcie_gb_per_s
+from gputop.diagnostics.trace.measuring.links import host_link
 from tests.conftest import TRACES, run_cli
 from tests.kineto_trace import KinetoTrace
 

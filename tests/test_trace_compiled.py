@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from gputop.diagnostics.trace.analysis import analyze_trace
-from gputop.diagnostics.trace.host import frame_code
+from gputop.diagnostics.trace.measuring.host import frame_code
 from tests.kineto_trace import KinetoTrace
 
 WRAPPER = "/tmp/torchinductor_alice/q3/cq3xkzv7hbm2.py(214): call"

@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputop.diagnostics.trace.intervals import RangeIndex, gaps, intersect, merge, subtract, total
+from gputop.diagnostics.trace.measuring.intervals import (
+    RangeIndex,
+    gaps,
+    intersect,
+    merge,
+    subtract,
+    total,
+)
 
 # Integer endpoints on a small grid: a point model (which half-unit cells are covered) is then
 # exact, and the strategies hit touching and nested intervals often.

@@ -189,7 +189,7 @@ def test_a_thousand_mutated_real_traces_raise_only_trace_errors(tmp_path):
             assert "\n" not in str(exc)
             outcomes["error"] += 1
             continue
-        from gputop.diagnostics.trace.report import format_report
+        from gputop.diagnostics.trace.reporting.report import format_report
 
         format_report(a)  # the report of whatever loaded must format, too
         outcomes["ok"] += 1

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputop.diagnostics.trace.analysis import TraceError, analyze_trace
-from gputop.diagnostics.trace.load import load_trace
+from gputop.diagnostics.trace.loading.load import load_trace
 from tests.conftest import TRACES
 
 pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")

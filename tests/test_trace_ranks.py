@@ -11,7 +11,7 @@ import json
 import pytest
 
 from gputop.diagnostics.trace.analysis import analyze_trace, compare_job
-from gputop.diagnostics.trace.intervals import intersect, merge, total
+from gputop.diagnostics.trace.measuring.intervals import intersect, merge, total
 from gputop.diagnostics.trace.ranks import CHANCE_MAX, chance_of_last
 from tests.conftest import TRACES, run_cli
 

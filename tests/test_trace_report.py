@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gputop.diagnostics.trace.analysis import analyze_trace
-from gputop.diagnostics.trace.kernels import kernel_base_name, short_kernel_name
-from gputop.diagnostics.trace.metrics import ROLE_ORDER
-from gputop.diagnostics.trace.report import BAR_ROLES, breakdown_bar, format_report
+from gputop.diagnostics.trace.measuring.kernels import kernel_base_name, short_kernel_name
+from gputop.diagnostics.trace.measuring.metrics import ROLE_ORDER
+from gputop.diagnostics.trace.reporting.report import BAR_ROLES, breakdown_bar, format_report
 from tests.conftest import TRACES
 
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces not present")
@@ -45,13 +47,16 @@ def test_kernel_names_for_people_and_for_ncu():
 @pytest.mark.parametrize("width", [60, 100, 140])
 @pytest.mark.parametrize(
     "name",
-    ["resnet50_nw0.pt.trace.json.gz", "hta_cpu_only.pt.trace.json.gz", "hta_alexnet_setup.json.gz"],
+    ["resnet50_nw0.pt.trace.json.gz", "hta_cpu_only.pt.trace.json.gz", "hta_alexnet_setup.json.gz",
+     "hta_event_sync.json.gz"],
 )
 def test_report_respects_its_width_and_says_what_it_could_not_assess(name, width):
     analysis = analyze_trace(TRACES / name)
     text = format_report(analysis, width=width)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= width
+    # A figure stays with its words: no line is a percentage alone ("  1.6%").
+    assert not [line for line in lines if re.fullmatch(r"\s*[\d.]+ ?%[.,;)]?\s*", line)]
     assert lines[0] == f"gputop analyze: {name}"
     assert any(line.startswith("Verdict: ") for line in lines)
     assert sum(1 for line in lines if line.startswith("  [") and line.endswith("]")) == 1

@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from gputop.agent.trace_budget import cut_to_budget
-from gputop.diagnostics.trace import load as trace_load
+from gputop.core.trace_stream import EventSplitter, GzipReader, StreamError
 from gputop.diagnostics.trace.analysis import analyze_trace
-from gputop.diagnostics.trace.load import TraceError, load_trace
-from gputop.diagnostics.trace.stream import EventSplitter, GzipReader, StreamError
+from gputop.diagnostics.trace.loading import load as trace_load
+from gputop.diagnostics.trace.loading.load import TraceError, load_trace
 from gputop.stacks.timeline import parse_chrometrace
 from tests.conftest import TRACES
 
@@ -94,7 +94,7 @@ def test_a_real_trace_read_in_batches_is_the_trace_read_whole(monkeypatch):
                        "kineto_2021_schema.json"):
         whole = load_trace(path)
         monkeypatch.setattr(trace_load, "STREAM_ABOVE", 1 << 16)  # every trace in batches
-        monkeypatch.setattr("gputop.diagnostics.trace.stream.WINDOW", 1 << 18)
+        monkeypatch.setattr("gputop.core.trace_stream.WINDOW", 1 << 18)
         batches = load_trace(path)
         monkeypatch.undo()
         for name in ("steps", "cpu_ops", "python", "runtime", "kernels", "memcpys", "memsets",

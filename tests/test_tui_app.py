@@ -13,12 +13,12 @@ import psutil
 import pytest
 from textual.strip import Strip
 
-from gputop.model import ProcSample, WorkerSample
-from gputop.tui.app import FrameReady, GputopApp
-from gputop.tui.frames import build_frame
-from gputop.tui.widgets.confirm_signal import ConfirmSignalScreen
-from gputop.tui.widgets.help_screen import HelpScreen
-from gputop.tui.widgets.process_view import ProcessScreen
+from gputop.core.model import ProcSample, WorkerSample
+from gputop.tui.monitor.app import FrameReady, GputopApp
+from gputop.tui.screens.confirm_signal import ConfirmSignalScreen
+from gputop.tui.screens.help_screen import HelpScreen
+from gputop.tui.screens.process_view import ProcessScreen
+from gputop.tui.view.frames import build_frame
 from tests.conftest import SLOW, wait_for
 from tests.tui_data import (
     run_async,
@@ -134,7 +134,7 @@ async def test_a_long_run_keeps_no_regions_from_past_frames():
             kept = len(widget._dirty_regions)
             assert widget.virtual_size.height and kept <= widget.virtual_size.height, (widget, kept)
         # The lines the screen dropped were freed then, not left as cycles for the collector
-        # (gputop.tui.strip_cycles).
+        # (gputop.tui.textual_fixes.strip_cycles).
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             gc.collect()
@@ -161,14 +161,14 @@ async def test_quit_keys_exit_without_signalling(key, sleeper):
 
 
 @run_async
-async def test_space_pauses_and_resumes():
+async def test_shift_p_pauses_and_resumes():
     app = GputopApp(snapshots=TOUR)
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot)
-        await pilot.press("space")
+        await pilot.press("P")
         assert app.paused and app.feed.paused
         await until(pilot, lambda: "PAUSED" in screen_text(app))
-        await pilot.press("space")
+        await pilot.press("P")
         await until(pilot, lambda: "LIVE" in screen_text(app) and not app.paused)
 
 
@@ -212,7 +212,7 @@ async def test_s_cycles_the_sort_and_shift_s_reverses():
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot)
         assert app.table.sort_key == "gpu"
-        await pilot.press("s")
+        await pilot.press("s", "s", "s")  # in the columns' order: PID, USER, GPU MEM
         assert app.table.sort_key == "gpu_mem"
         mains = [r for r in app.table.rows_by_key.values() if r.parent is None]
         ordered = [app.table.get_row_index(r.key) for r in mains]
@@ -271,9 +271,30 @@ async def test_enter_opens_the_process_view_with_charts_from_history():
         text = screen_text(app)
         assert "pid 4100" in text and "DataLoader workers CPU" in text
         assert "GPU memory" in text and "⣿" in text  # a drawn chart
+        # Its own SM share, each chart's maximum in the window, and a time axis under each.
+        assert "GPU SM (this process)" in text and len(app.frame.process.gpu_sm[0]) == 61
+        assert text.count(", max ") == 4, text
+        assert text.count("-60s") == 4 and text.count("-30s") == 4 and text.count("now") >= 4
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, ProcessScreen))
         assert app.feed.focus_pid is None
+
+
+@run_async
+async def test_the_process_view_shows_the_whole_command_folded_at_80_columns():
+    app = GputopApp(snapshots=TOUR)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ProcessScreen))
+        pid = app.screen.pid
+        command = next(p.cmdline for g in app.frame.snapshot.gpus for p in g.processes
+                       if p.pid == pid)
+        lines = screen_text(app).splitlines()
+        start = next(i for i, line in enumerate(lines) if f"pid {pid}" in line)
+        title = "".join(line.strip() for line in lines[start:start + 4])
+        assert command.replace(" ", "") not in lines[start].replace(" ", "")  # no one line
+        assert command.replace(" ", "") in title.replace(" ", ""), (command, title)
 
 
 @run_async
@@ -298,7 +319,8 @@ async def test_k_asks_naming_the_process_and_cancel_leaves_it(sleeper):
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmSignalScreen))
         text = screen_text(app)
-        assert f"Send SIGTERM to process {sleeper.pid}?" in text
+        assert f"Send a signal to process {sleeper.pid}?" in text
+        assert all(name in text for name in ("TERM (t)", "INT (i)", "KILL (9)"))
         assert "python -c sleep-test" in text
         await pilot.press("n")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmSignalScreen))

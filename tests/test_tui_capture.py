@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from gputop.client.agents import AgentError, agent_status, list_agents, request_capture
-from gputop.model import ProcSample
-from gputop.tui.app import GputopApp
-from gputop.tui.severity import SEVERITY_MARK
-from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
+from gputop.core.model import ProcSample
+from gputop.tui.monitor.app import GputopApp
+from gputop.tui.screens.diagnosis_screen import DiagnosisScreen
+from gputop.tui.view.severity import SEVERITY_MARK
 from tests.conftest import SLOW, cli_env, wait_for
 from tests.scripts.agent_testkit import ANSWER_S, private_runtime_dir
 from tests.tui_data import run_async, scenario_snapshots, screen_text, until, with_process

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gputop.model import ProcSample
-from gputop.tui.app import GputopApp
+from gputop.core.model import ProcSample
+from gputop.tui.monitor.app import GputopApp
 from tests.tui_data import scenario_snapshots, screen_text, with_process
 
 HOSTILE = "python train.py \x1b]0;owned\x07\x1b[2J\u202eevil"

@@ -4,17 +4,18 @@ diagnosis screen on a real trace, and the auto-capture throttle on a scripted cl
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import replace
 
 import pytest
 
 from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.trace.analysis import analyze_trace
-from gputop.tui.app import GputopApp
-from gputop.tui.auto_capture import MIN_INTERVAL_S, AutoCapturePolicy
-from gputop.tui.rows import build_rows
-from gputop.tui.severity import SEVERITY_MARK
-from gputop.tui.widgets.diagnosis_screen import DiagnosisScreen
+from gputop.tui.monitor.app import GputopApp
+from gputop.tui.monitor.auto_capture import MIN_INTERVAL_S, AutoCapturePolicy
+from gputop.tui.screens.diagnosis_screen import DiagnosisScreen
+from gputop.tui.view.rows import build_rows
+from gputop.tui.view.severity import SEVERITY_MARK
 from gputop.tui.widgets.findings import findings_text
 from tests.conftest import DEMO_TRACE, SLOW
 from tests.tui_data import run_async, scenario_snapshots, screen_text, until
@@ -167,17 +168,19 @@ async def test_diagnosis_screen_shows_the_report_trace_and_how_to_open_it():
 
 @run_async
 async def test_findings_panel_scrolls_when_they_do_not_fit():
-    many = [finding("contention" if i == 29 else "host-sync", pid=5000 + i, gpu=i % 8)
-            for i in range(30)]
+    many = [finding("contention" if i == 59 else "host-sync", pid=5000 + i, gpu=i % 8)
+            for i in range(60)]
     app = GputopApp(snapshots=STARVED)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.frames_rendered > 0)
         app.show_findings(many)
         await pilot.pause()
-        assert "contention" not in screen_text(app)  # below the fold
-        app.findings.select(29)  # the last one: the view follows the selection
-        await until(pilot, lambda: "contention" in screen_text(app))
-        assert "findings (30)" in screen_text(app)
+        # The first one's detail is in view; the last one's (its head: severity, id) is not.
+        detail_of_last = re.compile(r"(info|warning|critical) contention")
+        assert not detail_of_last.search(screen_text(app))
+        app.findings.select(59)  # the last one: the view follows the selection
+        await until(pilot, lambda: detail_of_last.search(screen_text(app)))
+        assert "findings (60)" in screen_text(app)
 
 
 def test_the_list_keeps_its_order_while_the_same_findings_stay_active():
@@ -205,10 +208,16 @@ def test_the_list_keeps_its_order_while_the_same_findings_stay_active():
             view.update_findings([finding("throttling", 2, 3.0), finding("host-sync", 1, 0.5)])
             assert [f.id for f in view.findings] == ["host-sync", "throttling"]
             assert view.findings[view.selected].id == "throttling"
-            # A new finding: sorted as given, the selection still on its finding.
+            # A new finding while the reader walks the list: the others keep their places, it
+            # goes after the last that ranks before it; the selection stays on its finding.
             view.update_findings([finding("throttling", 2, 3.0), finding("contention", 5, 2.0),
                                   finding("host-sync", 1, 0.5)])
-            assert [f.id for f in view.findings] == ["throttling", "contention", "host-sync"]
+            assert [f.id for f in view.findings] == ["host-sync", "throttling", "contention"]
+            assert view.findings[view.selected].id == "throttling"
+            # One that ranks first goes first.
+            view.update_findings([finding("memory-growth", 0, 9.0), finding("throttling", 2, 3.0),
+                                  finding("contention", 5, 2.0), finding("host-sync", 1, 0.5)])
+            assert view.findings[0].id == "memory-growth"
             assert view.findings[view.selected].id == "throttling"
             await pilot.pause()
             assert "throttling on GPU 2" in view.text.plain

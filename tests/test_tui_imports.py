@@ -16,10 +16,10 @@ from tests.conftest import REPO, cli_env
 PROBE = """
 import importlib, json, pkgutil, sys
 import gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter
-import gputop.capture, gputop.memory
+import gputop.capture, gputop.capture.memory
 names = []
 for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter,
-                gputop.capture, gputop.memory):
+                gputop.capture, gputop.capture.memory):
     names.append(package.__name__)
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         names.append(info.name)
@@ -45,7 +45,7 @@ def test_collect_and_diagnostics_never_import_textual():
     assert "gputop.stacks.pyspy" in result["imported"]
     assert {"gputop.fleet.monitor", "gputop.exporter.metrics"} <= set(result["imported"])
     assert "gputop.capture.service" in result["imported"]  # under the CLI and the TUI alike
-    assert {"gputop.memory.report", "gputop.memory.where"} <= set(result["imported"])
+    assert {"gputop.capture.memory.report", "gputop.capture.memory.where"} <= set(result["imported"])
     assert result["textual"] == []
 
 
@@ -53,7 +53,7 @@ def test_the_probe_would_see_textual():
     """The check above can fail: importing the TUI shows up in the same probe."""
     first = "import gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet, gputop.exporter"
     assert first in PROBE
-    code = PROBE.replace(first, first + ", gputop.tui.app")
+    code = PROBE.replace(first, first + ", gputop.tui.monitor.app")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=cli_env(), cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -62,15 +62,15 @@ def test_the_probe_would_see_textual():
 
 def test_walk_covers_every_module_file():
     import gputop.capture
+    import gputop.capture.memory
     import gputop.collect
     import gputop.diagnostics
     import gputop.exporter
     import gputop.fleet
-    import gputop.memory
     import gputop.stacks
 
     for package in (gputop.collect, gputop.diagnostics, gputop.stacks, gputop.fleet,
-                    gputop.exporter, gputop.capture, gputop.memory):
+                    gputop.exporter, gputop.capture, gputop.capture.memory):
         files = {p.stem for p in (REPO / package.__name__.replace(".", "/")).glob("*.py")
                  if p.stem != "__init__"}
         walked = {info.name for info in pkgutil.iter_modules(package.__path__)}
@@ -90,4 +90,4 @@ def test_the_cli_and_the_tui_capture_through_one_service():
     graph = grimp.build_graph("gputop")
     service = "gputop.capture.service"
     assert service in graph.find_modules_directly_imported_by("gputop.commands.capture")
-    assert service in graph.find_modules_directly_imported_by("gputop.tui.captures")
+    assert service in graph.find_modules_directly_imported_by("gputop.tui.monitor.captures")

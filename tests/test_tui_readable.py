@@ -86,8 +86,13 @@ def read_all(term, grab, count: int) -> None:
     assert_detail_complete(grab())
     for _ in range(count - 1):
         term.keys("Down")
-        head = wait_for(lambda prev=head: (h := detail_head(grab())) is not None and h != prev
-                        and h, timeout=SLOW)
+        try:
+            head = wait_for(lambda prev=head: (h := detail_head(grab())) is not None
+                            and h != prev and h, timeout=SLOW)
+        except AssertionError:
+            raise AssertionError(f"Down after {seen} of {count} did not change the detail:\n"
+                                 + "\n".join(grab()) + "\n--- the screen:\n"
+                                 + term.capture()) from None
         assert_detail_complete(grab())
         seen.append(head)
     assert len(set(seen)) == count, seen
@@ -103,11 +108,26 @@ def listed_findings(lines: list[str]) -> list[str]:
     return out
 
 
+def paused(term) -> None:
+    """Freeze the display (`P`; sampling goes on): a live list is walked as one list, not as
+    findings that raise and clear meanwhile (on a busy host they do)."""
+    term.keys("P")
+    wait_for(lambda: "PAUSED" in term.capture() or "display is frozen" in term.capture(),
+             timeout=SLOW)
+
+
+def resumed(term) -> None:
+    term.keys("P")
+    wait_for(lambda: "PAUSED" not in term.capture(), timeout=SLOW)
+
+
 def read_every_finding(term, title: str) -> int:
     """Select each finding of the panel in turn; its detail must be complete on screen."""
+    paused(term)
     count = len(listed_findings(panel_text(term.capture(), title)))
     assert count >= 3
     read_all(term, lambda: panel_text(term.capture(), title), count)
+    resumed(term)
     return count
 
 
@@ -146,6 +166,7 @@ def test_findings_readable_and_cards_whole_at_every_size(terminal):
              timeout=2 * SLOW)
     # Let the tour's findings raise (they hold for 4 s first).
     wait_for(lambda: re.search(r"[6-9] findings:", term.capture()), timeout=2 * SLOW)
+    paused(term)  # on the main screen, where `P` is; the full list is then the frozen one
     term.keys("f")
     wait_for(lambda: "Esc back" in term.capture(), timeout=SLOW)
     count = int(re.search(r"findings \((\d+)\)", term.capture()).group(1))
@@ -153,6 +174,7 @@ def test_findings_readable_and_cards_whole_at_every_size(terminal):
     read_all(term, lambda: findings_screen(term.capture()), count)
     term.keys("Escape")
     wait_for(lambda: "f: read them" in term.capture(), timeout=SLOW)
+    resumed(term)
 
     for width, height in ((120, 40), (200, 60)):
         term.tmux("resize-window", "-t", "main", "-x", str(width), "-y", str(height))

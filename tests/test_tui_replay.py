@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gputop.recording.replay import open_replay
-from gputop.tui.app import GputopApp
-from gputop.tui.replay_feed import ReplayFeed
+from gputop.tui.monitor.app import GputopApp
+from gputop.tui.monitor.replay_feed import ReplayFeed
 from tests.conftest import SLOW, run_cli, wait_for
 from tests.test_tui_app import run_async, until
 from tests.test_tui_terminal import start, terminal  # noqa: F401  (the tmux fixture)

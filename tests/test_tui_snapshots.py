@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gputop.tui.app import GputopApp
+from gputop.tui.monitor.app import GputopApp
 from tests.conftest import SLOW
 from tests.tui_data import scenario_snapshots
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputop.tui.plain_frame import MARK as PLAIN_FRAME_MARK
+from gputop.tui.monitor.plain_frame import MARK as PLAIN_FRAME_MARK
 from tests.conftest import REPO, SLOW, cli_env, end_processes, run_cli, wait_for
 
 # Generous per test: a few waits of up to SLOW each on a loaded machine.

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from rich.cells import cell_len
 
-from gputop.model import GpuSample, ProcSample, WorkerSample
-from gputop.tui.layout import plan_layout
-from gputop.tui.rows import build_rows
+from gputop.core.agent_status import parse_status
+from gputop.core.model import GpuSample, ProcSample, WorkerSample
+from gputop.tui.view.layout import plan_layout
+from gputop.tui.view.rows import build_rows
 from gputop.tui.widgets.cards import card_lines, compact_pieces, compact_spark_width
 from gputop.tui.widgets.chart import braille_lines, resample, sparkline
 from gputop.tui.widgets.gauges import bar, pcie_link_max_mbs
@@ -267,7 +268,7 @@ def test_rows_without_samples_match_the_chart_drawn_from_no_data(limit, width, h
 
 
 def test_first_frame_needs_no_history():
-    from gputop.tui.frames import first_frame
+    from gputop.tui.view.frames import first_frame
 
     snap = scenario_snapshots("tour", 1)[0]
     frame = first_frame(snap, 60.0, 1)
@@ -306,7 +307,7 @@ def test_row_structure_changes_with_processes_and_workers_not_with_numbers():
     gpu = dataclasses.replace(first.gpus[0], processes=(fewer, *first.gpus[0].processes[1:]))
     assert _structure(dataclasses.replace(first, gpus=(gpu, *first.gpus[1:]))) != \
         _structure(first)
-    ranked = dataclasses.replace(proc, agent={"job_id": "j1", "rank": 0})
+    ranked = dataclasses.replace(proc, agent=parse_status({"job_id": "j1", "rank": 0}))
     gpu = dataclasses.replace(first.gpus[0], processes=(ranked, *first.gpus[0].processes[1:]))
     assert _structure(dataclasses.replace(first, gpus=(gpu, *first.gpus[1:]))) != \
         _structure(first)

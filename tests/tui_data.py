@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 
 from gputop.collect.nvml import NvmlCollector
-from gputop.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
+from gputop.core.model import DriverInfo, GpuSample, HostSample, ProcSample, Snapshot, WorkerSample
 from gputop.sim import nvml as simnvml
 from gputop.sim.scenarios import SCENARIOS
 from tests.conftest import SLOW

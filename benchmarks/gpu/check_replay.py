@@ -42,7 +42,7 @@ def steady_means(path: Path) -> dict[str, str]:
     for snap in open_replay(path).snapshots():
         for gpu in snap.gpus:
             procs = [p for p in gpu.processes if p.visible and p.agent]
-            stepping = stepping or any((p.agent or {}).get("steps") for p in procs)
+            stepping = stepping or any(p.agent.steps for p in procs if p.agent)
             if not stepping:
                 continue
             for key, value in (("util", gpu.util_gpu), ("sm", gpu.sm_active),
@@ -51,7 +51,7 @@ def steady_means(path: Path) -> dict[str, str]:
                     series[key].append(value)
             for p in procs:
                 for key in AGENT:
-                    value = p.agent.get(key)
+                    value = getattr(p.agent, key)
                     if isinstance(value, (int, float)):
                         series[key].append(float(value))
     return {k: _mean(v) for k, v in series.items()}

@@ -79,7 +79,7 @@ def child(args: argparse.Namespace) -> int:
 
 
 def pct(value: float | None) -> str:
-    from gputop.efficiency import share_text
+    from gputop.core.efficiency import share_text
 
     return share_text(value)
 
@@ -100,8 +100,8 @@ def main() -> int:
         return child(args)
 
     from gputop.client.agents import agent_status
-    from gputop.efficiency import flops_text
-    from gputop.session import open_sampler
+    from gputop.client.session import open_sampler
+    from gputop.core.efficiency import flops_text
 
     argv = [sys.executable, __file__, "--child", "--seconds", str(args.seconds),
             "--precision", args.precision, "--width", str(args.width), "--layers",
@@ -140,7 +140,7 @@ def main() -> int:
                 if placed and placed[0][1].efficiency is not None:
                     g, p = placed[0]
                     eff = p.efficiency
-                    rate = (p.agent or {}).get("steps_per_s")
+                    rate = p.agent.steps_per_s if p.agent else None
                     analytic_mfu = (analytic * rate / eff.peak_flops
                                     if rate and eff.peak_flops else None)
                     clock = (g.sm_clock_mhz / g.sm_clock_max_mhz

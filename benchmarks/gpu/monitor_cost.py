@@ -257,7 +257,7 @@ def main() -> int:
         subprocess.run([py, "-m", "compileall", "-q", str(REPO / "gputop")],
                        capture_output=True, env=env, check=False)
         subprocess.run([py, "-c", "import textual.app, textual.widgets, nvitop.cli, "
-                        "gputop.tui.app"], capture_output=True, env=env, cwd=REPO, check=False)
+                        "gputop.tui.monitor.app"], capture_output=True, env=env, cwd=REPO, check=False)
         want = re.compile(rb"(?<![0-9])(?:" + b"|".join(str(p).encode() for p in pids)
                           + rb")(?![0-9])")
         print(machine_line(args.simulated))

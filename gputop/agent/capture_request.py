@@ -8,8 +8,8 @@ import os
 from typing import Any
 
 from gputop.agent.trace_export import CaptureError
-from gputop.protocol import DEFAULT_STEPS, MAX_STEPS
-from gputop.validate import number
+from gputop.core.protocol import DEFAULT_STEPS, MAX_STEPS
+from gputop.core.validate import number
 
 MAX_WARMUP = 100
 MAX_SECONDS = 600.0

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gputop.protocol import DEFAULT_STEPS, JSON_PER_STEP
+from gputop.core.protocol import DEFAULT_STEPS, JSON_PER_STEP
 
 
 class CaptureJob:
@@ -21,6 +21,10 @@ class CaptureJob:
         self.steps_seen = 0  # profiler steps since start (warm-up included)
         self.marks: list[float] = []  # perf_counter at each step boundary while profiling
         self.profiler: Any = None
+        # gputop.agent.quiet is on from the profiler's start to its stop: one filter thread for
+        # the whole recording, not one started and joined on the training thread every step
+        # (on a busy host each start waited tens of ms for a CPU).
+        self.quiet = False
         self.trace_ready = False
         self.cancel_code: str | None = None
         self.cancel_message = ""

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from gputop.protocol import MAX_MESSAGE, encode
+from gputop.core.protocol import MAX_MESSAGE, encode
 
 ENV_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 DUMP_TIMEOUT_S = 3.0  # the longest a dump may take before the request gives up on it

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from gputop import __version__
-from gputop.protocol import PROTOCOL_VERSION
+from gputop.core.protocol import PROTOCOL_VERSION
 
 _MAX_ARGS = 64
 _MAX_ARG_CHARS = 512

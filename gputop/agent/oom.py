@@ -37,8 +37,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gputop.agent.memory_events import snapshot_frames, user_site
-from gputop.agent.memory_state import (
+from gputop.agent.memory.events import snapshot_frames, user_site
+from gputop.agent.memory.state import (
     cuda_allocator,
     header,
     model_storages,
@@ -46,7 +46,7 @@ from gputop.agent.memory_state import (
     process_memory,
     write_report,
 )
-from gputop.protocol import pid_namespace, socket_dir, socket_name
+from gputop.core.protocol import pid_namespace, socket_dir, socket_name
 
 MAX_REPORTS = 20
 RESERVE_BYTES = 8 << 20  # address space let go of when the report is written
@@ -277,7 +277,7 @@ class OomWatch:
         if cuda:
             part("the allocator's segments", lambda: self._cuda_part(torch, device, report))
         if torch is not None:  # what held the memory, as far as Python can see
-            from gputop.agent.memory_keepers import census
+            from gputop.agent.memory.keepers import census
 
             part("the census of tensors", lambda: report.__setitem__(
                 "census", census(torch, device)))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gputop.pidns import INIT_PIDNS, nspids, sched_pid
-from gputop.protocol import pid_namespace
+from gputop.core.pidns import INIT_PIDNS, nspids, sched_pid
+from gputop.core.protocol import pid_namespace
 
 
 def _procfs_is_hosts() -> bool:

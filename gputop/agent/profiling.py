@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gputop.agent import quiet as stderr_filter
 from gputop.agent.capture_request import parse_capture_request
 from gputop.agent.capture_state import CaptureJob
-from gputop.agent.quiet import quiet
 from gputop.agent.sigterm import SigtermExport
 from gputop.agent.telemetry import StepTelemetry
 from gputop.agent.trace_export import (
@@ -41,7 +41,7 @@ from gputop.agent.trace_export import (
     trace_only,
     write_trace,
 )
-from gputop.protocol import MAX_STEPS
+from gputop.core.protocol import MAX_STEPS
 
 MIN_FIRST_STEP_WAIT_S = 10.0  # how long "no optimizer step" waits, at least (unless timeout)
 MAX_RECORD_S = 30.0  # recording stops at the first step boundary after this (one step at least)
@@ -345,8 +345,7 @@ class CaptureController(SigtermExport):
                                    f"{job.finish_reason}")
                     self._hand_off(job)  # stops the profiler here: the steps so far are kept
                     return
-                with quiet():  # a schedule starts and stops the profiler in step()
-                    job.profiler.step()
+                job.profiler.step()  # the filter is on: a schedule's start/stop lines dropped
                 if job.steps_seen >= warmup:
                     job.state = "recording"
                 if job.trace_ready:
@@ -391,8 +390,9 @@ class CaptureController(SigtermExport):
                 profile_memory=job.params["profile_memory"],
                 **trace_only(job.params["with_stack"]),
             )
-            with quiet():  # the profiler's own lines stay out of the job's stderr
-                job.profiler.start()
+            stderr_filter.begin()  # the profiler's own lines stay out of the job's stderr
+            job.quiet = True
+            job.profiler.start()
             job.marks.append(now)
             job.state = "warmup" if warmup else "recording"
             self._catch_sigterm()
@@ -400,17 +400,27 @@ class CaptureController(SigtermExport):
     def _stop_profiler(self, job: CaptureJob) -> None:
         self._restore_sigterm()
         prof, job.profiler = job.profiler, None
-        if prof is not None:
-            with quiet():
+        try:
+            if prof is not None:
                 prof.stop()
+        finally:
+            self._unquiet(job)
+
+    @staticmethod
+    def _unquiet(job: CaptureJob) -> None:
+        if job.quiet:
+            job.quiet = False
+            stderr_filter.end()
 
     def _hand_off(self, job: CaptureJob) -> None:
         """Stop on the training thread, export on another one."""
         self._restore_sigterm()
         prof = job.profiler
         job.profiler = None
-        with quiet():
+        try:
             prof.stop()
+        finally:
+            self._unquiet(job)
         job.state = "exporting"
         self.telemetry.on_step = None
         thread = threading.Thread(
@@ -499,7 +509,7 @@ class CaptureController(SigtermExport):
                 profile_memory=job.params["profile_memory"],
                 experimental_config=_ExperimentalConfig(profile_all_threads=True),
             )
-            with quiet():
+            with stderr_filter.quiet():
                 prof.start()
         except Exception as exc:
             self._finish(job, error_reply("capture-failed", f"profiler failed to start: {exc}"[:300]))
@@ -514,7 +524,7 @@ class CaptureController(SigtermExport):
                 break
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
         try:
-            with quiet():
+            with stderr_filter.quiet():
                 prof.stop()
         except Exception as exc:
             self._finish(job, error_reply("capture-failed", f"profiler failed to stop: {exc}"[:300]))

@@ -1,4 +1,4 @@
-"""Keep the profiler's own lines out of the job's stderr (issue 38).
+"""Keep the profiler's own lines out of the job's stderr.
 
 torch's profiler writes to file descriptor 2 from C++: Kineto's ``USDT: ...
 SyncActivityProfilerHandler.cpp:52] profiler_start`` / ``profiler_stop`` at every start and

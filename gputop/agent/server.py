@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gputop.protocol import (
+from gputop.core.protocol import (
     COMMANDS,
     MAX_MESSAGE,
     encode,
@@ -360,7 +360,7 @@ class AgentServer:
             drained += len(chunk)
 
     def _dispatch(self, line: bytes, client_gone: Callable[[], bool]) -> dict[str, Any]:
-        from gputop.protocol import decode
+        from gputop.core.protocol import decode
 
         try:
             message = decode(line.rstrip(b"\r"))

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gputop.diagnostics.trace import cut as trace_cut
-from gputop.diagnostics.trace.stream import EventSplitter
+from gputop.core import trace_cut as trace_cut
+from gputop.core.trace_stream import EventSplitter
 
 Row = tuple[bytes, int, float]  # raw event JSON, tier, duration (us)
 

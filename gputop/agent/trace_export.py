@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gputop.protocol import JSON_PER_STEP, default_capture_dir
+from gputop.core.protocol import JSON_PER_STEP, default_capture_dir
 
 CUT_TIMEOUT_S = 300.0  # the child process that cuts a trace to its budget, at most
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gputop.capture.hang import HangCollection, RankCollected
+from gputop.core.format import safe_text
+from gputop.core.validate import number
 from gputop.diagnostics.hang.attribution import HangFinding, HangReport, attribute
 from gputop.diagnostics.hang.dumps import DumpError, FrDump, read_dump_bytes
 from gputop.diagnostics.hang.stacks import RankStack, StackFrame
-from gputop.format import safe_text
-from gputop.validate import number
 
 
 @dataclass
@@ -79,8 +79,12 @@ def join(collection: HangCollection) -> LiveHang:
     for rank, _ in collection.exited:
         notes.append(f"rank {rank} has no process any more (rank-exited): the others wait "
                      "for it; its last collectives are in the others' records only")
+    # The world size the ranks' environments agree on bounds the rank numbers believed (an
+    # environment is another user's: RANK=9999999 is not a job of ten million ranks).
+    worlds = {r.world_size for r in collection.ranks if r.world_size}
     report = attribute(dumps, stacks, now=collection.time,
-                       gone={rank for rank, _ in collection.exited})
+                       gone={rank for rank, _ in collection.exited},
+                       world_size=worlds.pop() if len(worlds) == 1 else None)
     return LiveHang(collection, _exited(report, collection), notes)
 
 

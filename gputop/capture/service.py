@@ -26,10 +26,10 @@ from gputop.client import namespaces
 from gputop.client.agents import AgentError, partial_note, request_capture, trace_limits
 
 if TYPE_CHECKING:  # what the results hold, typed (mypy checks this boundary strictly)
+    from gputop.capture.memory.report import MemoryReport
     from gputop.client.jobs import JobCapture, RankCapture
     from gputop.diagnostics.trace.analysis import TraceAnalysis
     from gputop.diagnostics.trace.ranks import CrossRank
-    from gputop.memory.report import MemoryReport
     from gputop.stacks.timeline import Timeline, TimelineRecorder
 
 DEFAULT_STEPS = 3
@@ -173,7 +173,7 @@ def capture(pid: int, settings: CaptureSettings = CaptureSettings(), *,
                                 path_key=kind.path_key)
     except AgentError as exc:
         kind.abort(side)
-        from gputop.format import safe_text
+        from gputop.core.format import safe_text
 
         raise CaptureFailed(safe_text(" ".join(str(exc).split())), exc.code) from None
     except BaseException:
@@ -248,7 +248,7 @@ class MemoryResult:
     replied_wall: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        from gputop.memory.render import report_json
+        from gputop.capture.memory.render import report_json
 
         data = report_json(self.report, self.path)
         data["capture"] = {key: self.reply.get(key) for key in (
@@ -285,7 +285,7 @@ class MemoryCaptureKind:
 
     def result(self, pid: int, settings: CaptureSettings, reply: dict[str, Any],
                side: Any) -> MemoryResult:
-        from gputop.memory.report import ReportError, read_report
+        from gputop.capture.memory.report import ReportError, read_report
 
         path = reply["report"]
         uid = reply.get("agent_uid")
@@ -305,7 +305,7 @@ MEMORY = MemoryCaptureKind()
 
 def _reply_lines(reply: dict[str, Any], key: str) -> list[str]:
     """An agent's list of lines, bounded and escaped (an agent is untrusted)."""
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     lines = reply.get(key)
     if not isinstance(lines, list):
@@ -372,7 +372,7 @@ class JobCaptureResult:
     @property
     def failed(self) -> list[str]:
         """One line per rank that gave no trace."""
-        from gputop.format import safe_text
+        from gputop.core.format import safe_text
 
         return [f"rank {f.agent.rank} (pid {f.agent.pid}) has no trace: {safe_text(f.error)}"
                 for f in self.capture.failed]
@@ -388,8 +388,8 @@ def capture_job(pid: int, settings: CaptureSettings = CaptureSettings(), *,
     namespaces.wire()  # ranks in containers too
     from gputop.client.jobs import capture_job as capture_ranks
     from gputop.client.jobs import find_job
+    from gputop.core.format import safe_text
     from gputop.diagnostics.trace.analysis import compare_job
-    from gputop.format import safe_text
 
     if settings.seconds is not None:
         raise CaptureFailed("--job records steps: give --steps, not --seconds", "usage")

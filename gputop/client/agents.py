@@ -2,7 +2,7 @@
 
 Used by `gputop` (the live monitor's `p`, `gputop capture`, the sampler's telemetry probe), never
 inside a training process; the training process's side is ``gputop.agent.server``, and what both
-sides share (wire format, limits, peer checks, socket directories) is ``gputop.protocol``.
+sides share (wire format, limits, peer checks, socket directories) is ``gputop.core.protocol``.
 Everything here blocks: run it in a thread, never on an event loop.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 # Re-exported: callers of the client need the protocol's error and constants too.
-from gputop.pidns import in_init_pidns, pid_alive
-from gputop.protocol import (  # noqa: F401
+from gputop.core.pidns import in_init_pidns, pid_alive
+from gputop.core.protocol import (  # noqa: F401
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
     COMMANDS,
@@ -186,7 +186,7 @@ def list_agents() -> dict[int, Path]:
 
 
 def _own_namespaced_agents(found: dict[int, Any]) -> dict[int, Path]:
-    """In a container's pid namespace: agents named ``<pid>-ns<our inode>.sock`` (issue 29)."""
+    """In a container's pid namespace: agents named ``<pid>-ns<our inode>.sock``."""
     own = pid_namespace()
     if own is None or own == INIT_PIDNS:
         return {}
@@ -241,7 +241,7 @@ def _locate(pid: int) -> Located | None:
                 return Located(path, owner, peers)
         except (OSError, AgentError):
             continue
-    for locate in _LOCATORS:  # containers, either way (issue 29)
+    for locate in _LOCATORS:  # containers, either way
         found = locate(pid)
         if found is not None:
             return found
@@ -457,9 +457,11 @@ def request_flop_count(pid: int, timeout: float = 120.0) -> dict[str, Any]:
 # --- captures --------------------------------------------------------------------------------
 
 # A capture's timeout is the user's: the client gives up that long after asking, plus this
-# grace for the agent's own "timeout" reply to arrive (it was 30 s: `--timeout 10` against an
-# agent that never answers took 40 s). Leaving cancels the capture in the agent.
-REPLY_MARGIN_S = 2.0
+# grace for the agent's reply to arrive (it was 30 s: `--timeout 10` against an agent that never
+# answers took 40 s). The reply after the deadline still has the profiler's stop and the trace's
+# export to do (a time window of all threads, with torch._dynamo imported on the way: 3-6 s on
+# a busy 2-core machine; 2 s was too short). Leaving cancels the capture in the agent.
+REPLY_MARGIN_S = 8.0
 POLL_S = 0.25  # how often progress and should_stop are looked at while waiting
 
 Progress = Callable[[dict[str, Any]], None]
@@ -560,7 +562,7 @@ def partial_note(reply: dict[str, Any]) -> str | None:
     capture and the agent saved what it had recorded), or None for a whole trace."""
     if reply.get("partial") is not True:
         return None
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     why = reply.get("partial_reason")
     why = safe_text(why[:200]) if isinstance(why, str) and why else "the capture ended early"
@@ -572,8 +574,8 @@ def trace_limits(reply: dict[str, Any]):
     asked for (an agent writes no more: ``protocol.JSON_PER_STEP`` per recorded step; a
     sparse 5 GB file is refused unread); as another user's file (root capturing a user's
     job), a regular file owned by the agent's user, not reached through a link."""
-    from gputop.diagnostics.trace.load import LoadLimits
-    from gputop.protocol import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS
+    from gputop.core.protocol import DEFAULT_STEPS, JSON_PER_STEP, MAX_STEPS
+    from gputop.diagnostics.trace.loading.load import LoadLimits
 
     steps = reply.get("steps")
     if not isinstance(steps, int) or isinstance(steps, bool) or reply.get("mode") != "steps":

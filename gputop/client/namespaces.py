@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.agent_status import parse_status
 from gputop.client.agents import (
     AgentConnection,
     Located,
@@ -39,8 +38,9 @@ from gputop.client.agents import (
     agent_status,
     request,
 )
-from gputop.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
-from gputop.protocol import (
+from gputop.core.agent_status import AgentStatus, parse_status
+from gputop.core.pidns import INIT_PIDNS, in_init_pidns, ns_inode, nspids
+from gputop.core.protocol import (
     _NS_SOCKET_NAME,
     _SOCKET_NAME,
     AgentError,
@@ -63,13 +63,13 @@ class ForeignAgent:
     owner: int
     inner_pid: int  # its pid in its own namespace (the socket's name)
     pidns: int | None  # its namespace (None: the host's)
-    status: dict[str, Any]
+    status: AgentStatus
 
     @property
     def host_pid(self) -> int | None:
         if self.pidns is None:
             return self.inner_pid  # an agent in the host's namespace is named by its host pid
-        value = self.status.get("host_pid")
+        value = self.status.host_pid
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
             else None
 
@@ -191,8 +191,8 @@ def discover() -> list[ForeignAgent]:
                         conn.call({"cmd": "hello"}).get("argv"))
         except (AgentError, OSError, ValueError):
             continue
-        checked = parse_status(status).to_dict()  # the one check of what an agent says
-        agents.append(ForeignAgent(path, owner, inner, pidns, {**checked, "argv": argv}))
+        checked = parse_status({**status, "argv": argv})  # the one check of what an agent says
+        agents.append(ForeignAgent(path, owner, inner, pidns, checked))
     with _lock:
         _foreign.clear()
         for agent in agents:
@@ -232,12 +232,12 @@ def tell_host_pid(pid: int, status: dict[str, Any]) -> None:
         status["host_pid"] = reply["host_pid"]
 
 
-def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def probe(gpu_pids: set[int], known: dict[int, AgentStatus]) -> dict[int, AgentStatus]:
     """The agents the plain search does not find, for the sampler: on the host, those of GPU
     processes in containers (by host pid; each told its host pid once); in a container, the
     agents of other namespaces that know their host pid (by that host pid, their own
     ``pid`` being another namespace's)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, AgentStatus] = {}
     if in_init_pidns():
         now = time.monotonic()
         _flat.intersection_update(gpu_pids)
@@ -256,7 +256,7 @@ def probe(gpu_pids: set[int], known: dict[int, dict[str, Any]]) -> dict[int, dic
                 continue
             _absent.pop(pid, None)
             tell_host_pid(pid, status)
-            out[pid] = status
+            out[pid] = parse_status(status)  # checked as a plain agent's reply is
         for pid in [p for p, at in _absent.items() if now - at >= ABSENT_KEEP_S]:
             del _absent[pid]
         return out

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputop.agent_status import parse_status
 from gputop.client import agents as client
-from gputop.protocol import MAX_MESSAGE, AgentError, decode, encode
+from gputop.core.agent_status import AgentStatus, parse_status
+from gputop.core.protocol import MAX_MESSAGE, AgentError, decode, encode
 
 PROBE_DEADLINE_S = 0.5  # the longest a tick waits for all agents together
 RETRY_TIMEOUT_S = 2.0  # a quiet socket's retry, off the sampling thread
@@ -160,7 +160,7 @@ class StatusProbe:
         with self._lock:
             return set(self._quiet)
 
-    def __call__(self, _gpu_pids: set[int]) -> dict[int, dict[str, Any]]:
+    def __call__(self, _gpu_pids: set[int]) -> dict[int, AgentStatus]:
         sockets = client.agent_sockets()
         keys = {_key(pid, path): pid for pid, (path, _) in sockets.items()}
         with self._lock:
@@ -196,13 +196,13 @@ class StatusProbe:
         return {pid: self._checked(_key(pid, sockets[pid][0]), status)
                 for pid, status in answers.items()}
 
-    def _checked(self, key: _Key, status: dict[str, Any]) -> dict[str, Any]:
+    def _checked(self, key: _Key, status: dict[str, Any]) -> AgentStatus:
         """The one place an agent's reply is checked (``agent_status``): what is out of range
         is dropped and named in ``rejected``, never shown or exported."""
         parsed = parse_status(status, self._steps.get(key))
         if parsed.steps is not None:
             self._steps[key] = parsed.steps
-        return parsed.to_dict()
+        return parsed
 
     def _retry(self, sockets: Sockets) -> None:
         """Off the sampling thread: ask the quiet sockets again, with more patience."""

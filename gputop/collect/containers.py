@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gputop.model import Owner
+from gputop.core.model import Owner
 
 REFRESH_S = 30.0
 MAX_CACHED = 4096  # processes whose owner is kept (a tick reads only the GPU processes')

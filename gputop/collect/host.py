@@ -13,10 +13,13 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
-from gputop.model import HostSample, ProcSample, WorkerSample
+from gputop.collect.cpu_wait import CpuWaitTracker, cpu_pressure
+from gputop.collect.cpu_wait import read_proc as _read_proc
+from gputop.core.model import HostSample, ProcSample, WorkerSample
 
 # Per tick a process costs one read of /proc/PID/stat (state, parent, CPU time, threads,
 # resident memory: what psutil gathers from three files and a passwd lookup); its user and
@@ -39,19 +42,6 @@ class _Stat:
     threads: int
     start_ticks: int  # clock ticks after boot: with the pid, names the process
     rss: int
-
-
-def _read_proc(path: str, size: int = 4096) -> bytes | None:
-    """One os.read of a small /proc file (no file object: these run per process per tick);
-    None when it is gone or not readable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            return os.read(fd, size)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
 
 
 def _read_stat(pid: int) -> _Stat | None:
@@ -81,20 +71,24 @@ class _Tracked:
     static_at: float = 0.0
 
 
-def _ppid_map() -> dict[int, int]:
-    """pid -> parent pid for every process: one pass over /proc (O(all processes)), each
-    /proc/PID/stat read with os.read (psutil's own pass opens a file object per process,
-    3x the cost)."""
+def _list_proc() -> list[str] | None:
+    """The pids in /proc, as names; None where /proc cannot be listed."""
     try:
-        names = os.listdir("/proc")
+        return [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
-        names = None
+        return None
+
+
+def _ppid_map(names: list[str] | None = None) -> dict[int, int]:
+    """pid -> parent pid for every process in NAMES (the tick's listing of /proc; listed here
+    when not given): one pass (O(all processes)), each /proc/PID/stat read with os.read
+    (psutil's own pass opens a file object per process, 3x the cost)."""
+    if names is None:
+        names = _list_proc()
     if names is None or not os.path.exists("/proc/self/stat"):
         return {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"])}
     out: dict[int, int] = {}
     for name in names:
-        if not name.isdigit():
-            continue
         data = _read_proc(f"/proc/{name}/stat")
         if data is None:
             continue  # gone meanwhile, or not readable
@@ -137,10 +131,12 @@ class HostCollector:
         self._children: dict[int, list[int]] = {}
         self._known: set[int] = set()  # pids that existed at the last scan
         self._children_at = -1e9
-        self._last_io: tuple[float, object, dict] | None = None
+        self._listing: list[str] | None = None  # this tick's listing of /proc
+        self._last_io: tuple[float, Any, dict[str, Any]] | None = None  # psutil's counters
         self._ticks = 0
         self._io_rates: tuple[float | None, float | None, float | None, float | None] | None = None
         self._slow: tuple[int, int, int | None] | None = None
+        self._waits = CpuWaitTracker()
         # Prime the rate counters so the first sample() has a baseline.
         psutil.cpu_percent(percpu=True)
         psutil.cpu_times_percent()
@@ -196,13 +192,16 @@ class HostCollector:
                 # The workers' scan listed every process a moment ago: one /proc pass, shared.
                 process_count = len(self._known)
             else:
+                names = self._proc_names()
                 try:
-                    process_count = len(psutil.pids())
+                    process_count = len(names) if names is not None else len(psutil.pids())
                 except OSError:
                     process_count = None
             self._slow = (swap.used, swap.total, process_count)
         self._ticks += 1
         swap_used, swap_total, process_count = self._slow
+        pressure = cpu_pressure()
+        users = self._waits.users(set(self._tracked), pressure, self._proc_names)
         return HostSample(
             hostname=self.hostname,
             cpu_percent=round(sum(per_core) / len(per_core), 1) if per_core else None,
@@ -222,6 +221,8 @@ class HostCollector:
             net_rx_bps=net_rx,
             net_tx_bps=net_tx,
             process_count=process_count,
+            cpu_pressure=pressure,
+            cpu_users=users,
         )
 
     # -- processes ----------------------------------------------------------------------------
@@ -283,6 +284,7 @@ class HostCollector:
             worker = self._sample_worker(child, pid)
             if worker is not None:
                 workers.append(worker)
+        cpu_wait = self._waits.tree(pid, [w.pid for w in workers])
         return ProcSample(
             pid=pid,
             name=name or "?",
@@ -298,6 +300,7 @@ class HostCollector:
             cmdline=" ".join(static.get("cmdline") or []),
             ppid=stat.ppid,
             workers=tuple(workers),
+            cpu_wait=cpu_wait,
         )
 
     def _children_of(self, pid: int) -> list[int]:
@@ -306,7 +309,7 @@ class HostCollector:
         every = self.CHILDREN_REFRESH_S if main is not None else self.CHILDREN_SCAN_ONLY_S
         if pid not in self._known or now - self._children_at > every:
             children: dict[int, list[int]] = {}
-            ppids = _ppid_map()
+            ppids = _ppid_map(self._proc_names())
             for child, parent in ppids.items():
                 children.setdefault(parent, []).append(child)
             self._children, self._known, self._children_at = children, set(ppids), now
@@ -330,3 +333,12 @@ class HostCollector:
             if pid not in self._seen:
                 del self._tracked[pid]
         self._seen = set()
+        self._listing = None
+        self._waits.end_tick()
+
+    def _proc_names(self) -> list[str] | None:
+        """This tick's listing of /proc, made once and shared by the process count, the
+        workers' scan and the scan of who else uses the CPUs (issue 40: one listing a tick)."""
+        if self._listing is None:
+            self._listing = _list_proc()
+        return self._listing

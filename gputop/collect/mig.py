@@ -23,12 +23,13 @@ administrator may create or destroy instances while gputop runs).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
-from gputop.model import MigSample
+from gputop.core.model import MigSample
 
 _PROFILE = re.compile(r"\bMIG\s+([0-9]+g\.[0-9]+gb(?:\+[a-z]+)?)\b", re.IGNORECASE)
 
@@ -81,15 +82,23 @@ class MigState:
 
 class MigMixin:
     """MIG reading for ``NvmlCollector``: uses its ``_get``, ``_memory``, ``_processes`` and
-    ``_quiet`` on a device object made for each MIG handle."""
+    ``_quiet`` on a device object made for each MIG handle. ``dev`` is nvml's ``_Device``
+    (Any here: a type-only import back from nvml.py would close an import circle)."""
 
-    def _mig_state(self, dev) -> MigState:
-        state = dev.static.get("mig")
+    if TYPE_CHECKING:  # NvmlCollector's, which this mixin calls
+        def _get(self, dev: Any, feature: str, fn: Callable[..., Any], *args: Any) -> Any: ...
+        @staticmethod
+        def _quiet(fn: Callable[..., Any], *args: Any) -> None: ...
+        def _memory(self, dev: Any) -> tuple[int | None, int | None, int | None]: ...
+        def _processes(self, dev: Any) -> list[tuple[int, int | None]]: ...
+
+    def _mig_state(self, dev: Any) -> MigState:
+        state: MigState | None = dev.static.get("mig")
         if state is None:
             state = dev.static["mig"] = MigState()
         return state
 
-    def _mig_list(self, dev, state: MigState) -> None:
+    def _mig_list(self, dev: Any, state: MigState) -> None:
         mode = self._get(dev, "mig_mode", pynvml.nvmlDeviceGetMigMode)
         state.mode = None if mode is None else bool(mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
         old = {d.slot: d for d in state.devices}
@@ -118,14 +127,14 @@ class MigMixin:
             state.devices.append(_MigDevice(slot, sub, gi, ci, name, uuid))
         self._mig_free(old.values())
 
-    def _mig_free(self, devices) -> None:
+    def _mig_free(self, devices: Iterable[_MigDevice]) -> None:
         for d in devices:
             for sample in (d.gpm_prev, d.gpm_spare):
                 if sample is not None:
                     self._quiet(pynvml.nvmlGpmSampleFree, sample)
             d.gpm_prev = d.gpm_spare = None
 
-    def _mig_gpm(self, dev, d: _MigDevice, metrics: dict[str, int]) -> dict[str, float | None]:
+    def _mig_gpm(self, dev: Any, d: _MigDevice, metrics: dict[str, int]) -> dict[str, float | None]:
         """GPM of one GPU instance: two sample buffers taken in turn, as for a whole GPU."""
         empty: dict[str, float | None] = dict.fromkeys(metrics)
         if "gpm" in dev.unsupported or "gpm_mig" in dev.unsupported or not dev.gpm_checked:
@@ -154,7 +163,7 @@ class MigMixin:
         finally:
             d.gpm_spare = prev
 
-    def mig_sample(self, dev, metrics: dict[str, int]
+    def mig_sample(self, dev: Any, metrics: dict[str, int]
                    ) -> tuple[bool | None, tuple[MigSample, ...], list[tuple[int, int | None]]]:
         """(MIG mode, its MIG devices, the processes on them with their memory)."""
         state = self._mig_state(dev)
@@ -165,7 +174,8 @@ class MigMixin:
             state.listed_at = dev.ticks
         if not state.mode:
             return state.mode, (), []
-        out, procs = [], []
+        out: list[MigSample] = []
+        procs: list[tuple[int, int | None]] = []
         for d in state.devices:
             used, total, _ = self._memory(d.sub)
             mine = self._processes(d.sub)
@@ -179,7 +189,7 @@ class MigMixin:
                 dram_active=gpm.get("dram_active"), pids=tuple(pid for pid, _ in mine)))
         return True, tuple(out), procs
 
-    def mig_close(self, dev) -> None:
+    def mig_close(self, dev: Any) -> None:
         state = dev.static.get("mig")
         if state is not None:
             self._mig_free(state.devices)

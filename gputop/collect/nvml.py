@@ -14,7 +14,7 @@ tick (a snapshot's only one, the monitor's first frame) reads every GPU at once 
 threads that end with it. After it, one reader thread per ``GPUS_PER_READER`` GPUs reads them
 in turn, started before the rest of the tick (``start_pcie``) so they overlap it; the tick
 takes them once, after its other reads, waiting at most ~0.3 s, off the interface's thread. One
-thread sleeps in the driver instead of one per GPU (issue 40: every thread costs a stack and
+thread sleeps in the driver instead of one per GPU (every thread costs a stack and
 memory).
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 import pynvml
 
 from gputop.collect.mig import MigMixin, gpm_values
-from gputop.format import MIB
-from gputop.model import DriverInfo, GpuSample, evolve
+from gputop.core.format import MIB
+from gputop.core.model import DriverInfo, GpuSample, evolve
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class NvmlCollector(MigMixin):
         self._pcie_readers = 1
         # GPU index -> the read of its thread's share of the tick's GPUs (one future for
         # several GPUs: _read_pcie_share)
-        self._pcie: dict[int, Future] = {}
+        self._pcie: dict[int, Future[dict[int, tuple[int | None, int | None] | _Lost]]] = {}
         # False skips the PCIe reads (the GPUs' PCIe columns empty for that tick): the
         # first frame's sample does not wait the driver's 20 ms for them (early_start).
         self.read_pcie = True
@@ -225,14 +225,14 @@ class NvmlCollector(MigMixin):
         self._open = False
 
     @staticmethod
-    def _system(fn: Callable, *args):
+    def _system(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError):
             return None
 
     @staticmethod
-    def _quiet(fn: Callable, *args) -> None:
+    def _quiet(fn: Callable[..., Any], *args: Any) -> None:
         try:
             fn(*args)
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError):
@@ -240,7 +240,7 @@ class NvmlCollector(MigMixin):
 
     # -- one field ----------------------------------------------------------------------------
 
-    def _get(self, dev: _Device, feature: str, fn: Callable, *args):
+    def _get(self, dev: _Device, feature: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Call ``fn(handle, *args)``; None when refused; remember permanent refusals."""
         if feature in dev.unsupported:
             return None
@@ -284,6 +284,8 @@ class NvmlCollector(MigMixin):
             s["mem_clock_max_mhz"] = self._get(
                 dev, "mem_clock_max", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM
             )
+            s["mem_bus_width_bits"] = self._get(dev, "mem_bus_width",
+                                                pynvml.nvmlDeviceGetMemoryBusWidth)
             s["pcie_gen_max"] = self._get(dev, "pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration)
             s["pcie_width_max"] = self._get(dev, "pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth)
             s["minor"] = self._get(dev, "minor", pynvml.nvmlDeviceGetMinorNumber)  # /dev/nvidiaN
@@ -346,7 +348,7 @@ class NvmlCollector(MigMixin):
             return
         try:
             self._gpm(dev)
-            self.mig_sample(dev, GPM_METRICS)  # and each MIG GPU instance's (issue 29)
+            self.mig_sample(dev, GPM_METRICS)  # and each MIG GPU instance's
         except _Lost:
             dev.lost = True
 
@@ -390,11 +392,11 @@ class NvmlCollector(MigMixin):
                 future = pool.submit(self._read_pcie_share, share)
                 self._pcie.update(dict.fromkeys((d.index for d in share), future))
 
-    def _read_pcie_share(self, devs: list[_Device]) -> dict[int, tuple | _Lost]:
+    def _read_pcie_share(self, devs: list[_Device]) -> dict[int, tuple[int | None, int | None] | _Lost]:
         """One reader's GPUs of a tick, in turn, as one task: the tick's thread then wakes
         once per reader instead of once per GPU (each wake-up, after the 20 ms reads, cost
         ~60 us of CPU: 0.6 ms a tick at 10 GPUs)."""
-        out: dict[int, tuple | _Lost] = {}
+        out: dict[int, tuple[int | None, int | None] | _Lost] = {}
         for dev in devs:
             try:
                 out[dev.index] = self._read_pcie(dev)
@@ -512,7 +514,7 @@ class NvmlCollector(MigMixin):
     def _lost_sample(self, dev: _Device) -> GpuSample:
         return GpuSample(index=dev.index, uuid=dev.uuid, name=dev.name, bus_id=dev.bus_id, lost=True)
 
-    def _sample_device(self, dev: _Device):
+    def _sample_device(self, dev: _Device) -> _Row:
         util = self._get(dev, "utilization", pynvml.nvmlDeviceGetUtilizationRates)
         used, total, reserved = self._memory(dev)
         power_mw = self._get(dev, "power", pynvml.nvmlDeviceGetPowerUsage)
@@ -564,6 +566,7 @@ class NvmlCollector(MigMixin):
             sm_clock_max_mhz=s.get("sm_clock_max_mhz"),
             mem_clock_mhz=None if mem_clock is None else float(mem_clock),
             mem_clock_max_mhz=s.get("mem_clock_max_mhz"),
+            mem_bus_width_bits=s.get("mem_bus_width_bits"),
             clock_events=events or (),
             pstate=pstate,
             ecc_volatile=None if ecc is None and ecc_corrected is None else (ecc or 0) + (ecc_corrected or 0),

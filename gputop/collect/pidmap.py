@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from gputop.pidns import device_holders, eliminate, hidden_reason
+from gputop.core.agent_status import AgentStatus
+from gputop.core.pidns import device_holders, eliminate, hidden_reason
 
 HOLDERS_EVERY_S = 10.0  # the fd-table scan for device holders, at most this often
 
@@ -24,14 +24,8 @@ class Resolved:
     namespace that reported it), or ``hidden`` (why neither)."""
 
     local: int | None = None
-    agent: dict[str, Any] | None = None
+    agent: AgentStatus | None = None
     hidden: str | None = None
-
-
-def _host_pid_of(status: Mapping[str, Any]) -> int | None:
-    value = status.get("host_pid")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
-        else None
 
 
 class PidResolver:
@@ -46,7 +40,7 @@ class PidResolver:
         self._holders_at = -1e18
 
     def resolve(self, per_gpu: Mapping[int, list[int]], minors: Mapping[int, int],
-                agents: Mapping[int, dict[str, Any]],
+                agents: Mapping[int, AgentStatus],
                 alive: Callable[[int], bool]) -> dict[int, Resolved]:
         """``per_gpu``: GPU index -> host pids on it; ``minors``: GPU index -> its device
         minor number; ``agents``: statuses by pid (local agents by their pid here; agents of
@@ -56,8 +50,8 @@ class PidResolver:
         out: dict[int, Resolved] = {}
         known: dict[int, int] = {}
         for key, status in agents.items():
-            if status.get("pid") == key:  # a local agent: its host pid, if it knows it
-                host = _host_pid_of(status)
+            if status.pid == key:  # a local agent: its host pid, if it knows it
+                host = status.host_pid  # checked where it was read (core/agent_status.py)
                 if host is not None:
                     known[host] = key
             elif key in host_pids:  # another namespace's agent, keyed by its host pid

@@ -13,10 +13,11 @@ from gputop.collect.containers import PerProcess, read_owner
 from gputop.collect.host import HostCollector
 from gputop.collect.nvml import NvmlCollector
 from gputop.collect.pidmap import PidResolver, Resolved
-from gputop.compile_health import compile_health
-from gputop.efficiency import EfficiencyTracker
-from gputop.model import DriverInfo, GpuSample, ProcSample, Snapshot, evolve
-from gputop.pidns import in_init_pidns, ns_pid
+from gputop.core.agent_status import AgentStatus
+from gputop.core.compile_health import compile_health
+from gputop.core.efficiency import EfficiencyTracker
+from gputop.core.model import DriverInfo, GpuSample, ProcSample, Snapshot, evolve
+from gputop.core.pidns import in_init_pidns, ns_pid
 
 # Why a pid NVML reports is missing from /proc in the host's own pid namespace.
 NOT_IN_PROC = ("pid {pid} is not in /proc: it has just exited, or /proc is mounted with hidepid "
@@ -24,7 +25,7 @@ NOT_IN_PROC = ("pid {pid} is not in /proc: it has just exited, or /proc is mount
 
 # Looks up the agents of training processes: returns {pid: status dict}. Set by the session
 # when the agent IPC is available; must be cheap and must not raise.
-AgentProbe = Callable[[set[int]], dict[int, dict]]
+AgentProbe = Callable[[set[int]], dict[int, AgentStatus]]
 
 
 class Sampler:
@@ -43,7 +44,7 @@ class Sampler:
         self.simulated = simulated
         self.clock = clock  # the time stamped on snapshots (a sped-up clock in benchmarks)
         self.driver = DriverInfo(available=False, error="not opened")
-        # Containers (issue 29): NVML reports host pids; they are ours only in the host's pid
+        # Containers: NVML reports host pids; they are ours only in the host's pid
         # namespace (the demo says otherwise when it reports pids of this namespace).
         self.nvml_pids_local = in_init_pidns() if nvml_pids_local is None else nvml_pids_local
         self.resolver = PidResolver()
@@ -96,14 +97,14 @@ class Sampler:
             evolve(self._identify(self.host.sample_process(pid)), agent=status,
                    efficiency=efficiency.get(pid), compiled=compile_health(status))
             for pid, status in sorted(agents.items())
-            if pid not in shown and status.get("pid") in (pid, None)
+            if pid not in shown and status.pid in (pid, None)
         )
         self.host.end_tick()
         return Snapshot(time=now, host=host, driver=self.driver, gpus=tuple(gpus), other_processes=others)
 
-    # -- containers (issue 29) ----------------------------------------------------------------
+    # -- containers ----------------------------------------------------------------
 
-    def _resolve(self, gpu_rows, agents: dict[int, dict]) -> dict[int, Resolved]:
+    def _resolve(self, gpu_rows, agents: dict[int, AgentStatus]) -> dict[int, Resolved]:
         """NVML's host pids to pids here, when they are not this namespace's."""
         if self.nvml_pids_local or not gpu_rows:
             return {}
@@ -111,7 +112,7 @@ class Sampler:
         return self.resolver.resolve(per_gpu, self.nvml.minor_numbers(), agents, _alive)
 
     def _process(self, pid: int, resolved: dict[int, Resolved],
-                 agents: dict[int, dict]) -> ProcSample:
+                 agents: dict[int, AgentStatus]) -> ProcSample:
         """A GPU process NVML names ``pid``, measured here with its agent's status."""
         found = resolved.get(pid)
         if found is None:  # NVML's pids are ours
@@ -124,12 +125,11 @@ class Sampler:
             return evolve(base, host_pid=pid if found.local != pid else None,
                           agent=agents.get(found.local))
         if found.agent is not None:  # an agent of another namespace reported this host pid
-            argv = found.agent.get("argv")
-            argv = [a for a in argv if isinstance(a, str)] if isinstance(argv, list) else []
-            inner = found.agent.get("pid")
+            argv = found.agent.argv
+            inner = found.agent.pid
             return ProcSample(pid=pid, name=(argv[0].rsplit("/", 1)[-1] if argv else "?"),
                               cmdline=" ".join(argv), visible=False, agent=found.agent,
-                              ns_pid=inner if isinstance(inner, int) else None,
+                              ns_pid=inner,
                               hidden="in a pid namespace this gputop cannot see; named by "
                                      "its agent")
         return ProcSample(pid=pid, name="(host pid: not in this pid namespace)", visible=False,

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -28,7 +28,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             "compared for a straggler. A folder of Flight Recorder dumps (one per rank, pickle "
             "or JSON, told apart by content; docs/hangs.md) gives the hang's attribution: the "
             "ranks that never reached a collective, the collective, its process group and "
-            "sequence number, desyncs."
+            "sequence number, desyncs. torch.compile's structured logs (TORCH_TRACE=DIR: a "
+            "log, or the folder of per-rank logs) give recompiles with the guard that failed, "
+            "graph breaks with their line, fallbacks to eager, compile time, and collective "
+            "schedules that differ between ranks (desync). --compare BASE NEW says what "
+            "changed between two traces."
         ),
         epilog=(
             "--json prints one JSON object per trace, one per line (JSON Lines): "
@@ -40,10 +44,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             "Exit status 2 if any trace could not be read (the others are still reported)."
         ),
     )
-    p.add_argument("traces", nargs="+", metavar="TRACE",
+    p.add_argument("traces", nargs="*", metavar="TRACE",
                    help="trace file (.json or .json.gz), or a folder of them, such as the one "
                    "tensorboard_trace_handler writes (every trace in it is analysed); or a "
                    "folder of Flight Recorder dumps, one per rank (which rank hangs the job)")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"),
+                   help="what changed between two traces of one job (each a trace, a folder "
+                   "of traces, or a recording with a captures/ folder): the step time of each, "
+                   "its change split into idle time by cause and busy time by class, the "
+                   "operators and kernels that changed most, findings appeared or cleared, "
+                   "and a one-line verdict")
     p.add_argument(
         "--json",
         action="store_true",
@@ -59,26 +69,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    "the trace")
     p.add_argument("--max-dump-mb", type=float, default=None, metavar="MB",
                    help="refuse a Flight Recorder dump larger than this, unread (default 256)")
+    p.add_argument("--plot", metavar="FILE.svg", default=None,
+                   help="also draw each trace's roofline (the GPU's roofs, every op class as a "
+                   "point sized by its GPU time) as an SVG; with several traces, FILE-2.svg "
+                   "and on for the second and later")
     p.add_argument("--allow-special-files", action="store_true",
                    help="also read a FIFO or device, e.g. <(zcat trace.json.gz); refused by "
                    "default, since reading one may never end")
-
-
-def traces_in(folder: str) -> list[str]:
-    """The traces in ``folder``, by name: tensorboard_trace_handler's ``*.pt.trace.json[.gz]``
-    when there are any, else every ``*.json[.gz]`` (export_chrome_trace files). Not recursive:
-    a folder of runs is named one run at a time, as `tensorboard --logdir` shows them apart."""
-    try:
-        names = sorted(e.name for e in os.scandir(folder)
-                       if not e.name.startswith(".") and e.is_file())
-    except OSError as exc:
-        raise UsageError(f"{folder}: cannot list the folder: {exc.strerror or exc}",
-                         exit_code=2) from None
-    for suffixes in ((".pt.trace.json", ".pt.trace.json.gz"), (".json", ".json.gz")):
-        found = [os.path.join(folder, n) for n in names if n.endswith(suffixes)]
-        if found:
-            return found
-    return []
 
 
 def _expand(paths: list[str]) -> tuple[list[str], list[str]]:
@@ -90,6 +87,8 @@ def _expand(paths: list[str]) -> tuple[list[str], list[str]]:
         if not os.path.isdir(path):
             files.append(path)
             continue
+        from gputop.diagnostics.trace.loading.folder import traces_in
+
         found = traces_in(path)
         if not found:
             errors.append(f"{path}: no trace in this folder (*.json, *.json.gz)")
@@ -110,7 +109,7 @@ def _report_width() -> int:
 def run(args: argparse.Namespace) -> int:
     # Imported here so `gputop --help` and the other commands never pay for the analysis code.
     from gputop.diagnostics.trace.analysis import TraceError, analyze_trace, compare_job
-    from gputop.diagnostics.trace.load import MAX_EVENTS, LoadLimits
+    from gputop.diagnostics.trace.loading.load import MAX_EVENTS, LoadLimits
 
     if (args.max_trace_mb is not None and not 0 < args.max_trace_mb <= 1e9) or (
             args.max_events is not None and args.max_events <= 0):
@@ -121,11 +120,25 @@ def run(args: argparse.Namespace) -> int:
         allow_special=args.allow_special_files)
     if args.max_dump_mb is not None and not 0 < args.max_dump_mb <= 1e6:
         raise UsageError("--max-dump-mb must be positive")
+    if args.compare:
+        if args.traces:
+            raise UsageError("--compare BASE NEW takes no other trace")
+        from gputop.commands.analyze_compare import run_compare
+
+        return run_compare(args, limits, _report_width())
+    if not args.traces:
+        raise UsageError("name a trace, a folder, a torch.compile log, or --compare BASE NEW")
     # Flight Recorder dumps (told apart by content) go to the hang attribution.
     from gputop.commands.analyze_dumps import run_dumps, split_dumps
 
     dump_jobs, trace_args = split_dumps(args.traces)
     dumps_failed = run_dumps(dump_jobs, args, _report_width()) if dump_jobs else False
+    # torch.compile's structured logs (TORCH_TRACE), told apart by content too.
+    from gputop.commands.analyze_compile import run_compile_logs, split_compile_logs
+
+    log_jobs, trace_args = split_compile_logs(trace_args)
+    if log_jobs:
+        dumps_failed = run_compile_logs(log_jobs, args, _report_width()) or dumps_failed
     if not trace_args:
         sys.stdout.flush()
         return 2 if dumps_failed else 0
@@ -152,17 +165,21 @@ def run(args: argparse.Namespace) -> int:
             )
 
     jobs = compare_job(analyses) if len(analyses) >= 2 else []
+    if args.plot:
+        from gputop.commands.analyze_plot import write_plots
+
+        failed = write_plots(analyses, args.plot) or failed
 
     if args.json:
         import msgspec
 
-        from gputop.format import json_safe
+        from gputop.core.format import json_safe
 
         encode = msgspec.json.Encoder().encode
         for a in analyses:  # names from the trace: no raw bidi or C1 character in the JSON
             sys.stdout.write(json_safe(encode(a.to_json())).decode() + "\n")
     else:
-        from gputop.diagnostics.trace.report import format_report
+        from gputop.diagnostics.trace.reporting.report import format_report
 
         width = _report_width()
         for i, a in enumerate(analyses):
@@ -177,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             sys.stdout.write(text)
         for cross in jobs:
-            from gputop.diagnostics.trace.report import format_cross_rank
+            from gputop.diagnostics.trace.reporting.report import format_cross_rank
 
             sys.stdout.write("\n" + "=" * width + "\n\n" + format_cross_rank(cross, width))
     sys.stdout.flush()

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from gputop.diagnostics.hang.debug_server import newest_stacks
 from gputop.diagnostics.hang.dumps import MAX_DUMP_BYTES, rank_from_name
 from gputop.diagnostics.hang.folder import dump_files, is_dump_file
 
@@ -33,8 +34,11 @@ def split_dumps(paths: list[str]) -> tuple[list[tuple[str, list[str]]], list[str
     for path in paths:
         if os.path.isdir(path):
             found = dump_files(path)
+            stacks = None if found else newest_stacks(path)
             if found:
                 jobs.append((path, found))
+            elif stacks:  # a Debug Server dump_dir: its newest stacks_*.txt
+                jobs.append((path, [stacks]))
             else:
                 others.append(path)
         elif is_dump_file(path) or (os.path.isfile(path) and _dump_named(path)):
@@ -60,6 +64,9 @@ def run_dumps(jobs: list[tuple[str, list[str]]], args: argparse.Namespace, width
 
     failed = False
     for i, (label, files) in enumerate(jobs):
+        if len(files) == 1 and newest_stacks(os.path.dirname(files[0]) or ".") == files[0]:
+            failed |= _debug_server(label, files[0], args, width, first=not i)
+            continue
         loaded = load_dumps(files, max_bytes=max_dump_bytes(args))
         for error in loaded.errors:
             failed = True
@@ -80,7 +87,7 @@ def run_dumps(jobs: list[tuple[str, list[str]]], args: argparse.Namespace, width
         if args.json:
             import msgspec
 
-            from gputop.format import json_safe
+            from gputop.core.format import json_safe
 
             data = report.to_json()
             data["source"] = label
@@ -89,10 +96,45 @@ def run_dumps(jobs: list[tuple[str, list[str]]], args: argparse.Namespace, width
         else:
             if i:
                 sys.stdout.write("\n" + "=" * width + "\n\n")
-            from gputop.format import safe_text
+            from gputop.core.format import safe_text
 
             sys.stdout.write(f"{safe_text(label)}\n")
             for note in loaded.notes:
                 sys.stdout.write(f"note: {safe_text(note)}\n")
             sys.stdout.write(format_report(report, width=width))
     return failed
+
+
+def _debug_server(label: str, path: str, args: argparse.Namespace, width: int,
+                  first: bool) -> bool:
+    """A Debug Server dump_dir: the hang its newest stacks file tells. True on an error."""
+    from gputop.core.format import safe_text
+    from gputop.diagnostics.hang.debug_server import StacksError, attribute_stacks, read_stacks
+    from gputop.diagnostics.hang.render import format_report
+
+    try:
+        ranks = read_stacks(path)
+        dumped_at = os.stat(path).st_mtime
+    except (StacksError, OSError) as exc:
+        print(f"gputop: error: {_one_line(exc)}", file=sys.stderr)
+        return True
+    if not ranks:
+        print(f"gputop: error: {path}: no rank's stack in it (not a Debug Server stacks file)",
+              file=sys.stderr)
+        return True
+    report = attribute_stacks(ranks, path, dumped_at)
+    if args.json:
+        import msgspec
+
+        from gputop.core.format import json_safe
+
+        data = report.to_json()
+        data.update(kind="debug-server-stacks", source=label, stacks_file=path)
+        sys.stdout.write(json_safe(msgspec.json.encode(data)).decode() + "\n")
+        return False
+    if not first:
+        sys.stdout.write("\n" + "=" * width + "\n\n")
+    sys.stdout.write(f"{safe_text(label)} (PyTorch Debug Server: {safe_text(os.path.basename(path))})\n")
+    sys.stdout.write(format_report(report, width=width).replace(
+        "Flight Recorder:", "Debug Server stacks:", 1))
+    return False

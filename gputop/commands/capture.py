@@ -13,8 +13,8 @@ import sys
 import time
 from typing import Any
 
-from gputop.errors import UsageError
-from gputop.format import safe_text
+from gputop.core.errors import UsageError
+from gputop.core.format import safe_text
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -155,7 +155,7 @@ def _report(result, as_json: bool) -> tuple[str, int]:
     if result.analysis is None:
         return (f"trace: {trace}\ngputop: error: cannot analyze the trace: "
                 f"{safe_text(result.error)}"), 1
-    from gputop.diagnostics.trace.report import format_report
+    from gputop.diagnostics.trace.reporting.report import format_report
 
     directory = os.path.dirname(trace)
     footer = (

@@ -15,8 +15,8 @@ import json
 import sys
 from typing import Any
 
-from gputop.errors import UsageError
-from gputop.format import safe_text
+from gputop.core.errors import UsageError
+from gputop.core.format import safe_text
 
 
 def run(args: argparse.Namespace, pid: int, settings) -> int:
@@ -69,7 +69,7 @@ def _json(result, analyses, cross) -> dict[str, Any]:
 
 
 def _text(result, analyses, cross) -> str:
-    from gputop.diagnostics.trace.report import format_cross_rank
+    from gputop.diagnostics.trace.reporting.report import format_cross_rank
 
     first = next((r.reply.get("first_recorded_step") for r in result.captured), None)
     lines = [f"gputop capture --job: {len(result.captured)} of {len(result.ranks)} ranks "

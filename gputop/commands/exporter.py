@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "telemetry of training jobs with the gputop agent, and the live findings "
         "(gputop_finding_active{id,severity,gpu}, gputop_finding_active_seconds_total). "
         "Binds to localhost unless told otherwise. Ready alert rules and a Grafana "
-        "dashboard are in deploy/ (see the README).",
+        "dashboard are in deploy/ (see docs/exporter.md).",
     )
     p.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
                    help=f"address to serve on (default {DEFAULT_LISTEN}; 0.0.0.0:9835 for "
@@ -50,12 +50,16 @@ def run(args: argparse.Namespace) -> int:
 
     from prometheus_client.registry import CollectorRegistry
 
+    from gputop.client.session import open_sampler
     from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
+    from gputop.exporter.rendered import RenderedExposition
     from gputop.exporter.sampling import PublishedFamilies, SamplingThread
-    from gputop.session import open_sampler
 
     stop = _stop_on_signals()
-    registry = CollectorRegistry(auto_describe=False)
+    try:  # collectors without describe() (ours) are asked for a name[] filter's families
+        registry = CollectorRegistry(auto_describe=False, support_collectors_without_names=True)
+    except TypeError:  # prometheus-client before 0.21: a name[] filter finds nothing
+        registry = CollectorRegistry(auto_describe=False)
     published = PublishedFamilies(__version__)
     registry.register(published)
     try:
@@ -64,15 +68,16 @@ def run(args: argparse.Namespace) -> int:
         ProcessCollector(registry=registry)  # the exporter's own CPU and memory
     except Exception:
         pass
+    rendered = RenderedExposition(registry)  # a scrape is served these bytes
     try:
         with open_sampler(args.demo, args.gpus, args.seed) as sampler:
             if not sampler.driver.available:
                 print(f"gputop exporter: {sampler.driver.error}; serving host metrics only "
                       "(try --demo tour)", file=sys.stderr, flush=True)
             thread = SamplingThread(sampler, LiveDiagnosis(), published, args.interval,
-                                    __version__)
+                                    __version__, after_publish=rendered.refresh)
             thread.tick(0.0)  # the first scrape already has data
-            server, _ = serve(registry, listen, context, auth)
+            server, _ = serve(registry, listen, context, auth, rendered)
             scheme = "https" if context else "http"
             print(f"gputop exporter: serving {scheme}://{listen.url_host}:{server.server_port}"
                   f"/metrics (sampling every {args.interval:g} s)", file=sys.stderr, flush=True)

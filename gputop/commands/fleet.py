@@ -2,7 +2,7 @@
 
 The live monitor and `watch` hand over to this module when a --hosts, --hostfile or --slurm
 option is given; no other command takes them. A command, not part of ``gputop.fleet``: it
-draws with ``gputop.tui.fleet_app``, which sits above the fleet's monitor.
+draws with ``gputop.tui.fleet.fleet_app``, which sits above the fleet's monitor.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 from gputop.fleet.demo import fleet_from_args
 
 
@@ -24,7 +24,7 @@ def run_fleet_top(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("the fleet view needs a terminal; for text output use "
                          "`gputop watch --json --hosts ...`")
-    from gputop.tui.fleet_app import FleetApp
+    from gputop.tui.fleet.fleet_app import FleetApp
 
     app = FleetApp(hosts, settings, args.interval,
                    frame_log=os.environ.get("GPUTOP_FLEET_LOG"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -69,39 +69,49 @@ def _pid(text: str) -> int:
 
 def _command(pid: int) -> str | None:
     from gputop.capture.service import process_cmdline
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     words = process_cmdline(pid)
     return safe_text(" ".join(words))[:120] if words else None
 
 
 def _print(report, path: str, as_json: bool, data: dict | None = None,
-           command: str | None = None) -> None:
-    """The report as text, or as JSON (``data``: the capture's own, with its "capture")."""
+           command: str | None = None, owner: str | None = None) -> None:
+    """The report as text, or as JSON (``data``: the capture's own, with its "capture";
+    ``owner``: whose file it is when it is not the caller's, said first)."""
     if as_json:
-        from gputop.format import json_safe
-        from gputop.memory.render import report_json
+        from gputop.capture.memory.render import report_json
+        from gputop.core.format import json_safe
 
         data = data if data is not None else report_json(report, path)
+        if owner is not None:
+            data["owner"] = owner
         sys.stdout.write(json_safe(json.dumps(data).encode()).decode() + "\n")
     else:
-        from gputop.memory.render import format_report
+        from gputop.capture.memory.render import format_report
+        from gputop.core.format import safe_text
 
+        if owner is not None:
+            print(safe_text(f"File of {owner}, not yours: what it says, that user wrote "
+                            f"(anyone can name any pid in a report)"))
         print(format_report(report, path, command))
 
 
 def _last_oom(args: argparse.Namespace) -> int:
-    from gputop.memory.oom_files import read_last_oom
-    from gputop.memory.report import ReportError
+    import os
+
+    from gputop.capture.memory.oom_files import read_last_oom, whose_file
+    from gputop.capture.memory.report import ReportError
 
     try:
-        path, report = read_last_oom(args.last_oom)
+        path, report, uid = read_last_oom(args.last_oom)
     except ReportError as exc:
         raise UsageError(str(exc), exit_code=1) from None
     if report.kind != "oom":
         raise UsageError(f"{path}: a memory capture's report, not an out-of-memory one",
                          exit_code=1)
-    _print(report, path, args.json)
+    owner = whose_file(uid) if uid is not None and uid != os.geteuid() else None
+    _print(report, path, args.json, owner=owner)
     return 0
 
 

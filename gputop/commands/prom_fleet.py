@@ -11,8 +11,8 @@ import sys
 import threading
 import time
 
-from gputop.errors import UsageError
-from gputop.promfleet.jobs import NodeFinding
+from gputop.core.errors import UsageError
+from gputop.fleet.prometheus.jobs import NodeFinding
 
 
 def run_prom_top(args: argparse.Namespace) -> int:
@@ -20,8 +20,8 @@ def run_prom_top(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("the fleet view needs a terminal; for text output use "
                          "`gputop watch --json --prometheus URL`")
-    from gputop.promfleet.options import filters_from_args
-    from gputop.tui.prom_fleet_app import PromFleetApp
+    from gputop.fleet.prometheus.options import filters_from_args
+    from gputop.tui.fleet.prom_fleet_app import PromFleetApp
 
     ssh = None
     if getattr(args, "hosts", None) or getattr(args, "hostfile", None):
@@ -39,7 +39,7 @@ def run_prom_top(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace):
-    from gputop.promfleet.options import client_from_args
+    from gputop.fleet.prometheus.options import client_from_args
 
     return client_from_args(args)
 
@@ -56,8 +56,8 @@ def run_prom_watch(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     client = _client(args)
-    from gputop.promfleet.monitor import PromFleetMonitor
-    from gputop.promfleet.options import filters_from_args
+    from gputop.fleet.prometheus.monitor import PromFleetMonitor
+    from gputop.fleet.prometheus.options import filters_from_args
 
     news = threading.Event()
     monitor = PromFleetMonitor(client, filters_from_args(args), args.interval,

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -45,9 +45,9 @@ def progress_done() -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: every command module is loaded to build --help, so keep those light.
+    from gputop.client.session import open_sampler, sample_every
     from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.recording.store import Recorder, RecordingError, recording_meta
-    from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")

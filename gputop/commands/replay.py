@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("recording", metavar="DIR", help="a recording made by `gputop record`")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per line, as `watch --json` prints: time (the "
-                        "recording's), host, gpu, pid, id, severity, title, evidence, fix, "
-                        "next_step, state (raised | cleared)")
+                        "recording's), host, gpu, pid, job, rank, id, severity, title, "
+                        "evidence, fix, next_step, state (raised | cleared); fields in "
+                        "docs/watch.md")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.recording} holds no sample that could be replayed"
                          + (f": {replay.problems[0]}" if replay.problems else ""), exit_code=1)
     source = ("whole samples" if replay.source == "snapshots"
-              else "samples rebuilt from its tables (recorded before gputop kept whole samples)")
+              else f"samples rebuilt from its tables ({replay.tables_why})")
     print(f"gputop replay: {samples} {source}, {raised} finding(s) raised", file=sys.stderr)
-    for line in replay.problems:
-        print(f"gputop replay: {line}", file=sys.stderr)
-    for line in coverage.notes():
-        print(f"gputop replay: {line}", file=sys.stderr)
+    from gputop.core.format import safe_text  # a skipped part's reason can quote its bytes
+
+    problems = [p for p in replay.problems if replay.tables_why not in p]  # said above
+    for line in [*problems, *coverage.notes()]:
+        print(safe_text(f"gputop replay: {line}"), file=sys.stderr)
     return 0

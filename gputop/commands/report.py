@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "that drives the GPUs (named, by pid and command). Writes PATH.metrics.json next to the "
         "recording. With "
         "--baseline, exits 1 when throughput fell or p95 step time rose by more than "
-        "--max-regression.",
+        "--max-regression; when both recordings hold a capture's traces (PATH/captures/, "
+        "e.g. `gputop capture PID --out PATH/captures`), a failure on step times is followed "
+        "by the compare of the two (`gputop analyze --compare`): what changed, by cause.",
     )
     p.add_argument("recording", metavar="PATH", help="a recording made by `gputop record`")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -59,10 +61,12 @@ def run(args: argparse.Namespace) -> int:
         baseline = load_metrics(Path(args.baseline)) if args.baseline else None
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
+    from gputop.core.format import safe_text  # what a library said of a part can quote its bytes
+
     for part in rec.bad_parts:  # one line each: the part and why
-        print(f"gputop: warning: skipped {path}/{part}", file=sys.stderr)
+        print(safe_text(f"gputop: warning: skipped {path}/{part}"), file=sys.stderr)
     for gap in rec.gaps:  # and the time they leave without samples
-        print(f"gputop: warning: {path}: {gap}", file=sys.stderr)
+        print(safe_text(f"gputop: warning: {path}: {gap}"), file=sys.stderr)
     # The report first: a folder we cannot write to must not cost the user the report.
     if args.json:
         print(json.dumps(summary, default=str))
@@ -98,5 +102,9 @@ def run(args: argparse.Namespace) -> int:
         except RecordingError as exc:
             raise UsageError(str(exc)) from None
         print(f"gputop: {reason}", file=sys.stderr)
+        if regressed and ("step time" in reason or "throughput" in reason):
+            from gputop.commands.report_why import explain
+
+            explain(path, Path(args.baseline))
         return 1 if regressed else status
     return status

@@ -14,11 +14,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 FR_ENV_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 FR_BUFFER_DEFAULT = 2000  # entries of Flight Recorder's ring that `gputop run` turns on
-BOOT_DIR = Path(__file__).resolve().parent.parent / "_boot"
+BOOT_DIR = Path(__file__).resolve().parent.parent / "agent" / "boot"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -8,10 +8,10 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gputop.snapshot_text import format_snapshot
+from gputop.core.snapshot_text import format_snapshot
 
 if TYPE_CHECKING:
-    from gputop.model import Snapshot
+    from gputop.core.model import Snapshot
 
 NO_DRIVER_HINT = "try `gputop --demo tour snapshot` to see gputop on simulated GPUs"
 
@@ -22,8 +22,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         parents=[common],
         help="print one sample of GPUs, host and training processes, then exit",
         description="Sample GPUs, the host and the GPU processes with their DataLoader workers "
-        "once and print a table, or JSON with --json (schema in the README). It does not wait "
-        "to measure rates: a process's CPU %% is its average since it started (as ps shows "
+        "once and print a table, or JSON with --json (schema in docs/monitor.md). It does not "
+        "wait to measure rates: a process's CPU % is its average since it started (as ps shows "
         "it), the host's is measured over the time the command runs; --measure S measures "
         "both over S seconds instead.",
     )
@@ -37,9 +37,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 HOST_WINDOW_S = 0.1
 
 
+WORKERS_WAIT_S = 90.0
+
+
 def take_snapshot(args: argparse.Namespace) -> Snapshot:
+    from gputop.client.session import open_sampler  # here: keeps `gputop --help` light
     from gputop.collect.host import HostCollector
-    from gputop.session import open_sampler  # here: keeps `gputop --help` light
 
     measure = max(0.0, min(float(getattr(args, "measure", 0.0) or 0.0), 60.0))
     started = time.monotonic()
@@ -52,8 +55,9 @@ def take_snapshot(args: argparse.Namespace) -> Snapshot:
 
     # Measuring, the demo's window starts once its trainer has forked its workers: its agent
     # answers by then, so its energy per step has a reading at both ends of the window (torch's
-    # import alone can take over 10 s on a busy machine).
-    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=max(10.0, measure),
+    # import alone can take over 10 s on a busy machine, a minute at a load of 40 on 2 cores;
+    # the wait ends at once when the trainer is ready, or has ended).
+    with open_sampler(args.demo, args.gpus, args.seed, wait_for_workers=max(WORKERS_WAIT_S, measure),
                       host=host, trainer=bool(measure), demo_elapsed=STARTUP_S + 1.0) as sampler:
         if measure:
             sampler.sample()  # the processes' counters start here
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if not snap.driver.available:
         print(f"gputop: {snap.driver.error}; {NO_DRIVER_HINT}", file=sys.stderr)
     if args.json:
-        from gputop.snapshot_json import snapshot_to_json
+        from gputop.core.snapshot_json import snapshot_to_json
 
         print(json.dumps(snapshot_to_json(snap)))
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--rate", type=int, default=None, metavar="HZ",
                    help="samples per second per thread (default 100, py-spy's)")
     p.add_argument("--json", action="store_true",
-                   help="print the report as one JSON object (see the README for the fields)")
+                   help="print the report as one JSON object (fields in docs/stacks.md)")
 
 
 def run(args: argparse.Namespace) -> int:

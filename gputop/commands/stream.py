@@ -11,7 +11,7 @@ import argparse
 import signal
 import sys
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
              "(what `gputop --hosts` reads from each node over ssh)",
         description="Write a hello line, then every --interval one JSON line with the "
         "snapshot (the `snapshot --json` schema) and the active findings of the live rules. "
-        "Schema 1, documented in the README (Many nodes). Nothing listens on a port: the "
+        "Schema 1, documented in docs/fleet.md. Nothing listens on a port: the "
         "output goes to stdout, and the command ends when its reader goes away.",
     )
     p.add_argument("--duration", type=float, metavar="S", default=None,
@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
     import socket
 
     from gputop import __version__
+    from gputop.client.session import open_sampler, sample_every
     from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
     from gputop.fleet.wire import error_line, hello_line, sample_line
-    from gputop.session import open_sampler, sample_every
 
     # SIGTERM, or SIGHUP when the ssh session goes, ends the loop with cleanup (the demo's
     # stand-ins are stopped on the way out).

@@ -7,7 +7,7 @@ import gc
 import os
 import sys
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -16,8 +16,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         parents=[common],
         help="the live monitor (the default command)",
         description="Live GPUs, host and training processes with their DataLoader workers, "
-        "and the findings of the live rules. Keys: q quit, space pause, 1-4 chart window, "
-        "c compact, s/S sort, / filter, t tree, Enter process view, k signal (asks first), "
+        "and the findings of the live rules. Keys: q quit, P pause, 1-4 chart window, "
+        "c compact, s/S sort, / filter, t tree, a every process with an agent, Enter process "
+        "view, e environment, space tag, k signal TERM/INT/KILL (asks first), "
         "p capture 3 steps and diagnose them (with the gputop agent; on a rank of a job, every "
         "rank at the same steps; without the agent, the process's Python stacks sampled with "
         "py-spy), ? help. "
@@ -45,9 +46,17 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
 
 
+    p.add_argument(
+        "--readonly",
+        action="store_true",
+        help="watch only: no signals (k) and no captures (p, m, F, h, --auto-capture), for a "
+        "monitor left open on a shared screen or run by someone who must not act on the jobs",
+    )
+
+
 def one_blas_thread() -> None:
     """numpy's OpenBLAS starts a thread per core when numpy is imported (15 more threads, and
-    their buffers, on a 16-core GPU node). The live monitor loads no numpy since issue 40 (its
+    their buffers, on a 16-core GPU node). The live monitor loads no numpy (its
     history and charts are pure Python); a recording read by --replay may, and one thread
     does that small work at the same cost. A value the user set is kept."""
     if "numpy" not in sys.modules:
@@ -71,7 +80,7 @@ def one_malloc_arena() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gputop.fleet.options import requested as fleet_requested
-    from gputop.promfleet.options import prometheus_requested
+    from gputop.fleet.prometheus.options import prometheus_requested
 
     if prometheus_requested(args):  # --prometheus URL: the fleet and its jobs from the store
         from gputop.commands.prom_fleet import run_prom_top
@@ -87,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "replay", None):
         return _run_replay(args)  # the recording first: a bad one is its own one line
     _need_terminal("")
-    from gputop.tui.early_start import EarlySampler
+    from gputop.tui.monitor.early_start import EarlySampler
 
     # No cyclic garbage collection until the first frames are drawn (the app collects once
     # and turns it back on then, freeze_startup_objects): importing and building the
@@ -106,13 +115,14 @@ def run(args: argparse.Namespace) -> int:
         # would halve the sampler's share of the interpreter (the GIL) and delay both.
         early.first_taken.wait(FIRST_SAMPLE_WAIT_S)
     try:
-        from gputop.tui.lean_imports import lean_imports
+        from gputop.tui.textual_fixes.lean_imports import lean_imports
 
         with lean_imports():  # Textual without TLS, its command palette and more: RSS
-            from gputop.tui.app import GputopApp
+            from gputop.tui.monitor.app import GputopApp
 
         app = GputopApp(demo=args.demo, gpus=args.gpus, interval=args.interval, seed=args.seed,
-                        auto_capture=getattr(args, "auto_capture", False), early=early)
+                        auto_capture=getattr(args, "auto_capture", False), early=early,
+                        readonly=getattr(args, "readonly", False))
     except BaseException:
         if plain is not None:
             plain.leave()
@@ -143,7 +153,7 @@ def _plain_first_frame():
     GPUTOP_PLAIN_FIRST_FRAME=0 (a terminal that mishandles the alternate screen)."""
     if os.environ.get("GPUTOP_PLAIN_FIRST_FRAME", "1") == "0":
         return None
-    from gputop.tui.plain_frame import PlainFirstFrame
+    from gputop.tui.monitor.plain_frame import PlainFirstFrame
 
     return PlainFirstFrame(sys.stdout.fileno())
 
@@ -181,11 +191,11 @@ def _run_replay(args: argparse.Namespace) -> int:
         for line in replay.problems:  # what the screen would have skipped, named all the same
             print(f"gputop: replay: {line}", file=sys.stderr)
     _need_terminal(" (`gputop replay DIR` for a recording)")
-    from gputop.tui.lean_imports import lean_imports
-    from gputop.tui.replay_feed import ReplayFeed
+    from gputop.tui.monitor.replay_feed import ReplayFeed
+    from gputop.tui.textual_fixes.lean_imports import lean_imports
 
     with lean_imports():
-        from gputop.tui.app import GputopApp
+        from gputop.tui.monitor.app import GputopApp
 
     feed = ReplayFeed(lambda frame: None, snapshots, own_pid=replay.own_pid)
     app = GputopApp(interval=replay.interval, replay=feed)

@@ -7,7 +7,7 @@ import json
 import signal
 import sys
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -16,23 +16,26 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         parents=[common],
         help="headless: print findings as they raise and clear (for cluster jobs and alerting)",
         description="Sample every --interval and run the live rules; print a line when a finding "
-        "raises and when it clears. Exits 0 after --duration, 130 on Ctrl-C.",
+        "raises and when it clears. Exits 0 after --duration, 130 on Ctrl-C. The rules and the "
+        "fields: docs/watch.md.",
     )
     p.add_argument("--json", action="store_true",
-                   help="one JSON object per line: time, host, gpu, pid, id, severity, title, "
-                        "evidence, fix, next_step, state (raised | cleared); with --hosts, "
-                        "host is the node and node lines carry state (down, up, ...) and reason")
+                   help="one JSON object per line: time, host, gpu, pid, job, rank, id, "
+                        "severity, title, evidence, fix, next_step, state (raised | cleared | "
+                        "where, the last with a where field); with --hosts, host is the node "
+                        "and node lines carry state (down, up, ...) and reason (docs/watch.md)")
     p.add_argument("--duration", type=float, metavar="S", default=None,
                    help="stop after S seconds (default: run until interrupted)")
     p.add_argument("--no-where", action="store_true",
                    help="do not sample the Python stacks (py-spy) of a process with a "
-                        "dataloader-stall, host-bound, host-sync or hung finding to print where "
+                        "dataloader-stall, host-bound, host-sync, hung or cpu-contention finding to "
+                        "print where "
                         "it is")
 
 
 def run(args: argparse.Namespace) -> int:
     from gputop.fleet.options import requested as fleet_requested
-    from gputop.promfleet.options import prometheus_requested
+    from gputop.fleet.prometheus.options import prometheus_requested
 
     if prometheus_requested(args):  # every node's findings and the jobs, from Prometheus
         from gputop.commands.prom_fleet import run_prom_watch
@@ -43,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
 
         return run_fleet_watch(args)
     # Imported here: every command module is loaded to build --help, so keep those light.
+    from gputop.client.session import open_sampler, sample_every
     from gputop.diagnostics.live.lines import format_where, transition_line
     from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one
-    from gputop.session import open_sampler, sample_every
 
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")

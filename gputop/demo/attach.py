@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 ENV = "GPUTOP_DEMO_PIDS"
 

@@ -42,7 +42,7 @@ def standin_command(scenario: Scenario, index: int, parent: int, trainer: bool =
     if index == 0 and gpu.kind == "input-starved" and trainer and torch_available():
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--num-workers", str(gpu.workers)]
-    if gpu.compiled and trainer and torch_available():  # torch.compile's recompile (issue 41)
+    if gpu.compiled and trainer and torch_available():  # torch.compile's recompile
         return [sys.executable, "-m", "gputop.demo.train", "--parent-pid", str(parent),
                 "--compile", "--transform-passes", "1", "--step-sleep-ms", "100"]
     return [sys.executable, "-m", "gputop.demo.standin", gpu.standin,
@@ -66,7 +66,7 @@ def standin_env() -> dict[str, str]:
 
 def _last_line(err: IO[bytes]) -> str:
     """The last non-empty line a stand-in wrote on stderr (a traceback's is the error)."""
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     try:
         size = err.seek(0, os.SEEK_END)

@@ -18,7 +18,7 @@ SEVERITIES = ("info", "warning", "critical")
 # The live findings a "where" line answers (gputop.stacks.where): CPU work in the training
 # process or its workers, or the place a hung process waits. Here, so that the monitor knows
 # them before it loads the stacks modules (at the first such finding).
-WHERE_IDS = frozenset({"dataloader-stall", "host-bound", "host-sync", "hung"})
+WHERE_IDS = frozenset({"dataloader-stall", "host-bound", "host-sync", "hung", "cpu-contention"})
 WARNING_SHARE = 0.05
 # 25%: a quarter of the step; fixing this alone makes the step at least 1.33x faster.
 CRITICAL_SHARE = 0.25
@@ -57,7 +57,16 @@ CATALOGUE: dict[str, str] = {
     "host-bound": "the GPU idles while the training thread runs its own code (Python, "
                   "bookkeeping) outside the DataLoader",
     "mfu-drop": "MFU far below the job's own best window",
-    # Hangs across ranks (issue 36): live from the agents' step times, offline from Flight
+    # The roofline: in traces per op, live from GPM's DRAM, tensor and SM activity.
+    "memory-bound-ops": "memory-bound ops (element-wise, norm, softmax) far from the "
+                        "bandwidth roof",
+    "gemm-under-roof": "matrix work (GEMM, convolution, attention) far under its roofline",
+    "memory-bound": "a busy GPU whose DRAM is busy and tensor pipes idle (memory-bound work)",
+    "latency-bound": "a busy GPU whose SMs are mostly idle (latency-bound: small kernels, "
+                     "syncs)",
+    "cpu-contention": "the job's threads wait for a CPU (other processes, or its cgroup's CPU "
+                      "quota): the host's load, not the job, sets the pace",
+    # Hangs across ranks: live from the agents' step times, offline from Flight
     # Recorder dumps (gputop/diagnostics/hang/).
     "hang": "ranks wait in a collective that other ranks never reached",
     "rank-exited": "a rank's process is gone while the others wait for it",

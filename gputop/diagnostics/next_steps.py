@@ -36,6 +36,8 @@ APP = "python train.py"
 # Switch Options", Nsight Compute CLI 2026.1, rocprofv3 --help / rocprofiler-sdk rocprofv3.py,
 # py-spy 0.3.14 and 0.4 --help).
 DOCUMENTED: dict[str, dict[str, dict[str, frozenset[str] | None | str]]] = {
+    # procps's ps (who else uses the CPUs): every process, the columns named, sorted.
+    "ps": {"": {"-e": "", "-o": None, "--sort": None}},
     "nsys": {
         "profile": {
             "--trace": frozenset({"cuda", "nvtx", "osrt", "cudnn", "cublas", "nccl", "mpi",
@@ -180,7 +182,7 @@ def check_command(command: str) -> list[str]:
 
 # Commands a next step may use without a flag table: gputop (checked against its parser by the
 # tests) and standard shell tools.
-_PLAIN_TOOLS = frozenset({"gputop", "dmesg", "grep"})
+_PLAIN_TOOLS = frozenset({"gputop", "dmesg", "grep", "head"})
 
 
 def _check_tool(words: list[str]) -> list[str]:

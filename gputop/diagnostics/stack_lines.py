@@ -27,13 +27,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gputop.diagnostics.trace.load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
+from gputop.diagnostics.trace.loading.load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
 
 MIN_SHARE_OF_STEPS = 0.05  # a kind of host time that costs under 5 % of the steps is not named
 FRAMES_PER_COST = 3
 # Frames that only wrap others: the profiler's own, and C calls (their time is the caller's).
 _WRAPPERS = re.compile(r"^<built-in|^torch/profiler/|^torch/autograd/profiler|"
-                       r"(^|/)gputop/agent/|(^|/)gputop/protocol\.py|^<frozen ")
+                       r"(^|/)gputop/agent/|(^|/)gputop/core/protocol\.py|^<frozen ")
 
 Ranges = list[tuple[float, float]]
 _STDLIB = sysconfig.get_paths()["stdlib"]
@@ -230,7 +230,7 @@ def format_source_lines(costs: list[CostLines]) -> str:
     """The report's section; empty when there is nothing to say."""
     if not costs:
         return ""
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     lines = ["Source lines of the top host costs (Python stacks, self time)"]
     for cost in costs:

@@ -3,8 +3,9 @@
 Units are Prometheus' base units, spelled in the name: bytes for every memory (GPU and host
 alike; dcgm-exporter and nvitop-exporter give framebuffer memory in MiB), W, degrees C; and as
 dcgm-exporter, percent for utilization, MHz, the NVML clock-event bitmask, with its label names
-for a GPU (``gpu``, ``UUID``, ``modelName``), so a dcgm-exporter dashboard moves over by
-renaming the metric (and ``* 1048576`` for memory); `GPU_METRICS` lists the dcgm-exporter and
+for a GPU (``gpu``, ``UUID``; its ``modelName`` is ``model_name``: promtool's lint wants label
+names in snake_case), so a dcgm-exporter dashboard moves over by renaming the metric (and
+``* 1048576`` for memory); `GPU_METRICS` lists the dcgm-exporter and
 nvitop-exporter counterpart of each (the README prints it as a table). Labels never hold a pid,
 a command line or any free text: a series per GPU, per training job (by its job, its owner's
 uid, rank and GPU) and per finding id.
@@ -27,13 +28,14 @@ from prometheus_client.core import (
     Metric,
 )
 
+from gputop.core.agent_status import AgentStatus
+from gputop.core.mig_view import instance_gpu, instance_processes
+from gputop.core.model import Efficiency, GpuSample, HostSample, MigSample, ProcSample, Snapshot
+from gputop.core.process_info import OWNER_LABELS, label_values
+from gputop.core.validate import real
 from gputop.diagnostics.findings import SEVERITY_RANK
-from gputop.mig_view import instance_gpu, instance_processes
-from gputop.model import Efficiency, GpuSample, HostSample, MigSample, ProcSample, Snapshot
-from gputop.process_info import OWNER_LABELS, label_values
-from gputop.validate import real
 
-GPU_LABELS = ["gpu", "UUID", "modelName", "GPU_I_ID", "GPU_I_PROFILE", *OWNER_LABELS]
+GPU_LABELS = ["gpu", "UUID", "model_name", "GPU_I_ID", "GPU_I_PROFILE", *OWNER_LABELS]
 # NVML's clock-event ("throttle") reason bits, as gputop.collect.nvml names them.
 CLOCK_EVENT_BITS = {
     "gpu_idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
@@ -269,7 +271,7 @@ def job_identity(p: ProcSample) -> str:
     reused pid is a new series). The agent's word only ever names series of its own uid."""
     if p.owner is not None and p.owner.slurm_job:
         return f"slurm:{p.owner.slurm_job}"
-    claimed = (p.agent or {}).get("job_id")
+    claimed = p.agent.job_id if p.agent is not None else None
     if isinstance(claimed, str) and not claimed.startswith("launcher:") and \
             not (claimed.startswith("slurm:") and p.owner is not None and p.owner.slurm_claim):
         return claimed[:128]
@@ -295,8 +297,8 @@ def _jobs(snap: Snapshot) -> dict[JobKey, ProcSample]:
             seen[p.pid] = ("", p)
     jobs: dict[JobKey, ProcSample] = {}
     for gpu, p in seen.values():
-        rank = p.agent.get("rank")
-        rank_label = str(rank) if isinstance(rank, int) and not isinstance(rank, bool) else ""
+        rank = p.agent.rank if p.agent is not None else None
+        rank_label = "" if rank is None else str(rank)
         key = (job_identity(p), "" if p.uid is None else str(p.uid), rank_label, gpu)
         other = jobs.get(key)
         if other is None or _older(p, other):
@@ -308,25 +310,26 @@ def _older(p: ProcSample, other: ProcSample) -> bool:
     return (p.create_time or float("inf"), p.pid) < (other.create_time or float("inf"), other.pid)
 
 
-def _value(agent: dict, key: str) -> float | None:
-    # The agent's reply was checked where it was read (gputop.agent_status): what is here is
+def _value(agent: AgentStatus | None, name: str) -> float | None:
+    # The agent's reply was checked where it was read (gputop.core.agent_status): what is here is
     # in range; this only turns it into a float for the family.
-    return real(agent.get(key))
+    return real(getattr(agent, name)) if agent is not None else None
 
 
 def job_families(snap: Snapshot) -> list[Metric]:
     rate = GaugeMetricFamily("gputop_job_steps_per_second",
                              "Optimizer steps per second (gputop agent)", labels=JOB_LABELS)
-    step = GaugeMetricFamily("gputop_job_step_time_seconds",
-                             "Step time quantile over the agent's window (s)",
-                             labels=[*JOB_LABELS, "quantile"])
+    # A summary's quantiles (no _sum or _count: the agent reports only the quantiles of its
+    # window); a gauge with a "quantile" label is what promtool warns about.
+    step = Metric("gputop_job_step_time_seconds",
+                  "Step time quantiles over the agent's window (s)", "summary")
     wait = GaugeMetricFamily("gputop_job_dataloader_wait_ratio",
                              "Share of each step spent waiting for the DataLoader, 0-1",
                              labels=JOB_LABELS)
     steps = CounterMetricFamily("gputop_job_steps", "Optimizer steps since the job started",
                                 labels=JOB_LABELS)
     for key, p in sorted(_jobs(snap).items()):
-        agent = p.agent or {}
+        agent = p.agent
         labels = list(key)
         for family, key in ((rate, "steps_per_s"), (wait, "dataloader_wait_share")):
             value = _value(agent, key)
@@ -335,14 +338,15 @@ def job_families(snap: Snapshot) -> list[Metric]:
         for quantile, key in (("0.5", "step_time_p50_s"), ("0.95", "step_time_p95_s")):
             value = _value(agent, key)
             if value is not None:
-                step.add_metric([*labels, quantile], value)
+                step.add_sample(step.name, {**dict(zip(JOB_LABELS, labels, strict=True)),
+                                            "quantile": quantile}, value)
         count = _value(agent, "steps")
         if count is not None:
             steps.add_metric(labels, count)
     return [rate, step, wait, steps]
 
 
-# The efficiency of each training job (gputop.efficiency): (name, help, value of Efficiency).
+# The efficiency of each training job (gputop.core.efficiency): (name, help, value of Efficiency).
 EFFICIENCY_METRICS: tuple[tuple[str, str, Callable[[Efficiency], float | None]], ...] = (
     ("gputop_job_mfu_ratio", "Model FLOPs utilization, 0-1: counted FLOPs per step x steps/s "
      "over the GPU's dense datasheet peak for the precision used", lambda e: e.mfu),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -32,13 +32,14 @@ class SamplingThread(threading.Thread):
     publish the families."""
 
     def __init__(self, sampler, diagnosis, published: PublishedFamilies, interval: float,
-                 version: str) -> None:
+                 version: str, after_publish: Callable[[], None] | None = None) -> None:
         super().__init__(name="exporter-sampler", daemon=True)
         self.sampler = sampler
         self.diagnosis = diagnosis
         self.published = published
         self.interval = interval
         self.version = version
+        self.after_publish = after_publish  # the exposition rendered from this tick
         self.clock = FindingClock()
         self.stop_event = threading.Event()
         self.ticks = 0
@@ -55,6 +56,8 @@ class SamplingThread(threading.Thread):
         self.clock.update(findings, elapsed)
         cost = time.perf_counter() - started
         self.published.publish(all_families(snap, self.clock, self.version, cost))
+        if self.after_publish is not None:
+            self.after_publish()
         self.ticks += 1
 
     def run(self) -> None:

@@ -1,15 +1,20 @@
-"""The exporter's HTTP side: prometheus-client's WSGI app on a threading server, optionally
-behind TLS (with client certificates) and HTTP basic auth.
+"""The exporter's HTTP side: prometheus-client's WSGI app behind HTTP basic auth, served plain
+by one thread for every connection (``gputop.exporter.front``) or behind TLS (with client
+certificates) on a threading server.
 
 prometheus-client's ``start_http_server`` has TLS but no basic auth, and no way to put a
 check in front of its app before it starts serving; so this module serves the same
-``make_wsgi_app`` (content negotiation, OpenMetrics, gzip) on the same ``ThreadingWSGIServer``,
-with the auth check in front. The TLS handshake runs in the request's own thread, with a
-timeout, so a client that connects and says nothing holds up nobody else (prometheus-client's
-server does the handshake in its accept loop). A client that goes away mid-answer is no error
-(no traceback on stderr), and an address that fails basic auth ``MAX_FAILED_LOGINS`` times
-within ``LOGIN_WINDOW_S`` is answered 429 until its failures age out, whatever it sends: a
-password cannot be guessed at the speed of the network.
+``make_wsgi_app`` (content negotiation, OpenMetrics, gzip, ``name[]`` filters) with the auth
+check in front. Under TLS the handshake runs in the request's own thread, with a timeout, so a
+client that connects and says nothing holds up nobody else (prometheus-client's server does the
+handshake in its accept loop). A client that goes away mid-answer is no error (no traceback on
+stderr), and an address that fails basic auth ``MAX_FAILED_LOGINS`` times within
+``LOGIN_WINDOW_S`` is answered 429 until its failures age out, whatever it sends: a password
+cannot be guessed at the speed of the network.
+
+A scrape is served from the bytes the sampling thread rendered after its last tick
+(``gputop.exporter.rendered``), and the connections are bounded in number and in the time
+their request may take to arrive (``gputop.exporter.connections``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hmac
 import ipaddress
 import math
 import os
+import socket
 import ssl
 import stat
 import sys
@@ -30,11 +36,14 @@ from dataclasses import dataclass
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.exposition import ThreadingWSGIServer, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 from gputop.exporter import DEFAULT_LISTEN  # noqa: F401 (re-exported)
+from gputop.exporter.connections import ConnectionSlots, HeaderDeadlines
+from gputop.exporter.front import SelectorFront
+from gputop.exporter.rendered import RenderedExposition
 
 REQUEST_TIMEOUT_S = 10.0
 MAX_FAILED_LOGINS = 10  # per client address within LOGIN_WINDOW_S; more get 429
@@ -185,11 +194,15 @@ def tls_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
 
 
 def metrics_app(registry: CollectorRegistry, auth: BasicAuth | None,
-                limiter: LoginLimiter | None = None):
+                limiter: LoginLimiter | None = None,
+                rendered: RenderedExposition | None = None):
+    """The WSGI app; its ``now`` attribute answers the same, or returns None where the answer
+    must be rendered first (a filtered scrape, a format not rendered yet) so that the caller
+    can render it off its own thread (``gputop.exporter.front``)."""
     exposition = make_wsgi_app(registry)
     limiter = limiter or LoginLimiter()
 
-    def app(environ, start_response):
+    def answer(environ, start_response, render: bool = True):
         if auth is not None:
             address = environ.get("REMOTE_ADDR") or "?"
             wait = limiter.locked_for(address)
@@ -213,8 +226,24 @@ def metrics_app(registry: CollectorRegistry, auth: BasicAuth | None,
         if path != "/metrics":
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"404 Not Found: the metrics are at /metrics\n"]
-        return exposition(environ, start_response)
+        if rendered is None or "name[]" in (environ.get("QUERY_STRING") or ""):
+            if not render:
+                return None
+            return exposition(environ, start_response)  # a filtered scrape is rendered for it
+        gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
+        content_type, body = rendered.body(environ.get("HTTP_ACCEPT"), gzipped, render)
+        if body is None:
+            return None
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        if gzipped:
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
 
+    def app(environ, start_response):
+        return answer(environ, start_response)
+
+    app.now = lambda environ, start_response: answer(environ, start_response, render=False)
     return app
 
 
@@ -234,6 +263,7 @@ class _Handler(WSGIRequestHandler):
 
     def setup(self) -> None:
         self.request.settimeout(self.timeout)
+        self.server.deadlines.watch(self.request)  # the handshake and the request, in time
         if isinstance(self.request, ssl.SSLSocket):
             self.request.do_handshake()  # here, in this request's thread
         super().setup()
@@ -247,6 +277,7 @@ class _Handler(WSGIRequestHandler):
             return
         if not self.parse_request():  # an error reply was sent
             return
+        self.server.deadlines.done(self.request)  # the request is in: answered at its pace
         handler = _QuietServerHandler(self.rfile, self.wfile, self.get_stderr(),
                                       self.get_environ(), multithread=False)
         handler.request_handler = self
@@ -255,16 +286,62 @@ class _Handler(WSGIRequestHandler):
     def log_message(self, format: str, *args) -> None:
         pass  # no line per scrape
 
+    def finish(self) -> None:
+        self.server.deadlines.done(self.request)
+        super().finish()
+
 
 class _Server(ThreadingWSGIServer):
+    deadlines: HeaderDeadlines
+    slots: ConnectionSlots
+    # The listen backlog (socketserver's is 5): a burst of connections beyond it has its SYNs
+    # dropped, and the client's retry comes 1 s, then 3 s later.
+    request_queue_size = 256
+
     def handle_error(self, request, client_address) -> None:
         pass  # a client that went away or failed the handshake: nothing to report
 
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.take():  # as many served as may be: this one is closed, unread
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread was started: nobody else gives its slot back
+            self.slots.give_back()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.deadlines.done(request)
+            self.slots.give_back()
+
+    def server_close(self) -> None:
+        self.deadlines.stop()
+        super().server_close()
+
+
+def _listening(family: int, host: str, listen: Listen) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server does
+        sock.bind((host, listen.port))
+        sock.listen(_Server.request_queue_size)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {listen.url_host}:{listen.port}: "
+                         f"{exc.strerror or exc}", exit_code=1) from None
+    return sock
+
 
 def serve(registry: CollectorRegistry, listen: Listen, context: ssl.SSLContext | None,
-          auth: BasicAuth | None) -> tuple[_Server, threading.Thread]:
-    """Bind and serve in a daemon thread; ``server.shutdown()`` stops it."""
-    import socket
+          auth: BasicAuth | None, rendered: RenderedExposition | None = None,
+          ) -> tuple[_Server | SelectorFront, threading.Thread]:
+    """Bind and serve in a daemon thread; ``server.shutdown()`` stops it. With ``rendered``,
+    a scrape is answered from its bytes (``refresh`` it after each tick). Plain HTTP is served
+    by one thread for every connection (``gputop.exporter.front``), TLS by a thread each."""
 
     try:
         infos = socket.getaddrinfo(listen.host, listen.port, type=socket.SOCK_STREAM,
@@ -272,13 +349,22 @@ def serve(registry: CollectorRegistry, listen: Listen, context: ssl.SSLContext |
     except socket.gaierror as exc:
         raise UsageError(f"--listen: cannot resolve {listen.host}: {exc.strerror}") from None
     family, _, _, _, sockaddr = infos[0]
+    app = metrics_app(registry, auth, rendered=rendered)
+    if context is None:
+        front = SelectorFront(_listening(family, sockaddr[0], listen), app.now, app,
+                              request_timeout_s=REQUEST_TIMEOUT_S)
+        thread = threading.Thread(target=front.serve_forever, name="exporter-http",
+                                  daemon=True)
+        thread.start()
+        return front, thread
 
     class Server(_Server):
         address_family = family
+        deadlines = HeaderDeadlines()
+        slots = ConnectionSlots()
 
     try:
-        server = make_server(sockaddr[0], listen.port, metrics_app(registry, auth), Server,
-                             handler_class=_Handler)
+        server = make_server(sockaddr[0], listen.port, app, Server, handler_class=_Handler)
     except OSError as exc:
         raise UsageError(f"cannot listen on {listen.url_host}:{listen.port}: "
                          f"{exc.strerror or exc}", exit_code=1) from None

@@ -4,5 +4,5 @@ Each node runs `gputop stream` (JSON lines on its stdout, see ``wire``); this pa
 those streams with plain ``ssh`` subprocesses (``ssh``), reads and validates them on one I/O
 thread (``monitor``), asks a node for a capture (``capture``) and prints the findings of every
 node for scripts (``watch``). Nothing here imports Textual: the fleet screen is in
-``gputop.tui.fleet_app``.
+``gputop.tui.fleet.fleet_app``.
 """

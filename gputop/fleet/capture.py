@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from gputop.core.format import safe_text
+from gputop.core.validate import real
 from gputop.fleet.ssh import SshSettings
 from gputop.fleet.wire import MAX_TEXT, one_line
-from gputop.format import safe_text
-from gputop.validate import real
 
 MAX_REPLY = 16 << 20  # bytes of `capture --json` output (metrics of a big trace: ~1 MB)
 MAX_STDERR = 8192
@@ -200,7 +200,7 @@ def report_text(capture: RemoteCapture, width: int) -> str:
     report that cannot be laid out from them falls back to the findings alone."""
     analysis = capture.analysis
     try:
-        from gputop.diagnostics.trace.report import format_report
+        from gputop.diagnostics.trace.reporting.report import format_report
 
         text = format_report(analysis, width)
     except Exception:

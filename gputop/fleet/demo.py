@@ -1,4 +1,4 @@
-"""`gputop --demo fleet`: the fleet screen on simulated nodes, without ssh (issue 38).
+"""`gputop --demo fleet`: the fleet screen on simulated nodes, without ssh.
 
 Each "node" is a local `gputop --demo SCENARIO stream` started directly (no ssh, no sshd),
 with a scenario of its own, so a newcomer sees what `gputop --hosts a,b,c` shows: several
@@ -8,10 +8,12 @@ lines, a node that ends) is the real fleet code: only the transport is local.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass
 
+import gputop
 from gputop.fleet.options import DEMO_SCENARIO
 from gputop.fleet.ssh import SshSettings
 
@@ -24,6 +26,11 @@ NODES = {
     "node04": "host-sync",
 }
 _GPUTOP = "__gputop__"  # stands for the node's gputop in the command the fleet builds
+# The nodes run `python -m gputop` from "/", with this gputop's folder first on the path (as the
+# demo's stand-ins do): in the folder `git clone` leaves you in, the checkout's gputop/ would
+# otherwise be imported as a bare namespace instead of the installed package.
+NEUTRAL_CWD = "/"
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gputop.__file__)))
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,12 @@ class LocalNodes(SshSettings):
 
     def ssh_argv(self, host: str, remote_command: str) -> list[str]:
         scenario = NODES.get(host, "healthy")
+        path = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         gputop = " ".join(shlex.quote(w) for w in
-                          (sys.executable, "-m", "gputop", "--demo", scenario))
-        return ["sh", "-c", "exec " + remote_command.replace(_GPUTOP, gputop, 1)]
+                          ("env", f"PYTHONPATH={path}", sys.executable, "-m", "gputop",
+                           "--demo", scenario))
+        return ["sh", "-c", f"cd {shlex.quote(NEUTRAL_CWD)} && exec "
+                + remote_command.replace(_GPUTOP, gputop, 1)]
 
 
 def targets_and_settings(args) -> tuple[list[str], SshSettings]:

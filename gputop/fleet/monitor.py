@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gputop.core.model import Snapshot
 from gputop.fleet.ssh import SshSettings
 from gputop.fleet.wire import (
     MAX_LINE,
@@ -31,7 +32,6 @@ from gputop.fleet.wire import (
     decode_line,
     one_line,
 )
-from gputop.model import Snapshot
 
 # Node states, as shown.
 CONNECTING, UP, SLOW, DOWN, NO_GPUTOP, BAD = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 DEMO_SCENARIO = "fleet"  # `--demo fleet`: simulated nodes (gputop.fleet.demo)
 FLEET_COMMANDS = ("top", "watch")

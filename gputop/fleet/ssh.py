@@ -14,7 +14,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 # Defaults a monitor needs; the user's -o options come after them (and so do ~/.ssh/config's
 # values for anything not given here, since ssh takes the first value it sees of an option).

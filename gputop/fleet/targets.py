@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from gputop.errors import UsageError
+from gputop.core.errors import UsageError
 
 MAX_HOSTS = 1024
 # What ssh accepts as a destination, without spaces, quotes or a leading dash: names,

@@ -5,7 +5,7 @@ its snapshot in the public ``snapshot --json`` schema and its active findings (t
 hysteresis already applied on the node). It may end with one ``error`` line. The fleet side
 treats every byte as untrusted: a line is at most ``MAX_LINE`` bytes, decodes into typed
 structures (msgspec; a wrong type anywhere rejects the line), is bounded in count (GPUs,
-processes, findings) and has every string escaped (``gputop.format.safe_text``) before anything
+processes, findings) and has every string escaped (``gputop.core.format.safe_text``) before anything
 draws or prints it.
 
 Schema 1::
@@ -28,9 +28,10 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gputop.format import json_safe
-from gputop.model import Snapshot
-from gputop.snapshot_json import (  # noqa: F401  (MAX_LINE: a stream line's cap is a snapshot's)
+from gputop.core.agent_status import decode_hook
+from gputop.core.format import json_safe
+from gputop.core.model import Snapshot
+from gputop.core.snapshot_json import (  # noqa: F401  (MAX_LINE: a stream line's cap is a snapshot's)
     MAX_LINE,
     MAYBE_DIRTY,
     WireError,
@@ -90,7 +91,7 @@ class Sample(msgspec.Struct, frozen=True):
     findings: tuple[RemoteFinding, ...]
 
 
-_decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError)
+_decoder = msgspec.json.Decoder(Hello | _WireSample | StreamError, dec_hook=decode_hook)
 _encoder = msgspec.json.Encoder()
 
 

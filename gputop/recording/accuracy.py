@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gputop.core.model import Snapshot
 from gputop.diagnostics.findings import CATALOGUE, SEVERITY_RANK
 from gputop.diagnostics.live import Transition
 from gputop.diagnostics.live.common import WORKED_UTIL, agent_steps
 from gputop.diagnostics.live.mig import LiveDiagnosis  # MIG devices one by one, as live
-from gputop.model import Snapshot
 from gputop.recording.replay import open_replay
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from gputop.efficiency import (
+from gputop.core.efficiency import (
     flops_text,
     goodput_breakdown,
     joules_text,
@@ -100,7 +100,7 @@ def process_efficiency(p: pd.DataFrame, rec: Recording, throughput: float | None
     """The efficiency figures of one process over the recording."""
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
     if "flops_per_step" not in p:
-        return out  # recorded before issue 30
+        return out  # recorded before efficiency columns existed
     p = p.sort_values("time")
     per_step = _float(_last(p, "flops_per_step"))
     peak = _float(_last(p, "peak_flops"))

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gputop.efficiency import joules_text, share_text
-from gputop.format import bytes_h, num, safe_text, truncate
+from gputop.core.efficiency import joules_text, share_text
+from gputop.core.format import bytes_h, num, safe_text, truncate
 from gputop.recording.efficiency import efficiency_lines
 from gputop.recording.store import Recording
 from gputop.recording.summary import process_rows
@@ -91,7 +91,7 @@ def format_report(summary: dict[str, Any], rec: Recording, width: int = 72) -> s
             ms = lambda v: "n/a" if v is None else f"{v * 1000:.1f}ms"  # noqa: E731
             dl = "n/a" if p["dataloader_wait_share"] is None else f"{p['dataloader_wait_share'] * 100:.0f}%"
             out.append(f"{p['pid']:>8} {'-' if p['gpu'] is None else p['gpu']:>3} "
-                       f"{(p['name'] or '?')[:16]:<16} {num(p['cpu_mean'], 0, '%'):>6} "
+                       f"{process_label(p['name']):<16} {num(p['cpu_mean'], 0, '%'):>6} "
                        f"{num(p['throughput_steps_per_s'], 2):>8} {ms(p['step_time_p50_s']):>9} "
                        f"{ms(p['step_time_p95_s']):>9} {dl:>8}")
     out.append("")
@@ -124,6 +124,22 @@ def _where(job: dict[str, Any]) -> str:
     if not gpus:
         return "no GPU"
     return ("GPU " if len(gpus) == 1 else "GPUs ") + ",".join(str(g) for g in gpus)
+
+
+# The collector's name for a pid it could not read in /proc; the monitor says why at length
+# ("not in /proc: it has just exited, or ..."), this table in the same words, shortly.
+_NOT_VISIBLE = "(not visible"
+GONE = "(not in /proc)"
+
+
+def process_label(name: str | None, width: int = 16) -> str:
+    """A process's name in a column of ``width``: marked when cut, never cut mid-word into
+    nonsense ("(not visible: ot")."""
+    if not name:
+        return "?"
+    if name.startswith(_NOT_VISIBLE):
+        return GONE
+    return truncate(name, width)
 
 
 def job_lines(summary: dict[str, Any]) -> list[str]:

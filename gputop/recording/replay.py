@@ -24,7 +24,9 @@ from typing import Any
 import msgspec
 import pandas as pd
 
-from gputop.model import GpuSample, Snapshot
+from gputop.core.model import GpuSample, Snapshot
+from gputop.core.snapshot_json import MAX_GPUS, MAX_PROCESSES, WireError, decode_snapshot, one_line
+from gputop.core.validate import number
 from gputop.recording.store import (
     AGENT_COLUMNS,
     GPU_COLUMNS,
@@ -38,10 +40,9 @@ from gputop.recording.store import (
     read_recording,
     read_snapshot_part,
     snapshot_parts,
+    snapshots_refused,
 )
 from gputop.recording.untrusted import part_rows
-from gputop.snapshot_json import MAX_GPUS, MAX_PROCESSES, WireError, decode_snapshot, one_line
-from gputop.validate import number
 
 _num = partial(number, parse=True)  # a cell of an older recording's table
 MAX_NOTES = 20  # skipped rows are named up to this many, then counted
@@ -59,6 +60,8 @@ class Replay:
     source: str  # "snapshots" (whole samples) or "tables" (rebuilt from an older recording)
     count: int  # snapshots it holds (before any is skipped)
     problems: list[str] = field(default_factory=list)  # parts and rows that were skipped
+    # Why the samples are rebuilt from the tables (source "tables").
+    tables_why: str = "recorded before gputop kept whole samples"
     _skipped: int = 0
     _tables: Recording | None = None  # an older recording's tables, read once
 
@@ -136,10 +139,18 @@ def open_replay(path: Path) -> Replay:
         # The footers only, each file checked first (a FIFO is not opened to wait on it).
         count = sum(part_rows(part) or 0 for part in parts)
         return Replay(path, meta, "snapshots", count)
-    rec = read_recording(path)  # raises when it holds no readable samples
+    refused = snapshots_refused(path)
+    try:
+        rec = read_recording(path)  # raises when it holds no readable samples
+    except RecordingError as exc:
+        raise RecordingError(f"{exc} ({refused})" if refused else str(exc)) from None
     times = set(rec.gpus["time"]) if "time" in rec.gpus else set()
     times |= set(rec.host["time"]) if "time" in rec.host else set()
-    return Replay(path, meta, "tables", len(times), _tables=rec)
+    replay = Replay(path, meta, "tables", len(times), _tables=rec)
+    if refused:
+        replay.problems.append(f"{refused}; the samples are rebuilt from the tables")
+        replay.tables_why = refused
+    return replay
 
 
 # -- older recordings: snapshots rebuilt from the tables ---------------------------------------

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import socket
+import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,15 +38,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gputop import __version__
-from gputop.efficiency import GOODPUT_KEYS
-from gputop.model import Efficiency, Snapshot
+from gputop.core.efficiency import GOODPUT_KEYS
+from gputop.core.model import Efficiency, Snapshot
+from gputop.core.snapshot_json import snapshot_to_json
 from gputop.recording.untrusted import (
     MAX_TABLE_ROWS,
     UntrustedFile,
+    library_message,
     read_json,
     read_parquet,
 )
-from gputop.snapshot_json import snapshot_to_json
 
 TABLES = ("gpus", "processes", "host", "findings")
 _SUBDIR = {"gpus": "", "processes": "_processes", "host": "_host", "findings": "_findings",
@@ -64,7 +66,7 @@ AGENT_COLUMNS = ("steps", "steps_per_s", "step_time_p50_s", "step_time_p95_s",
                  "dataloader_wait_share")
 OWNER_COLUMNS = ("runtime", "container_id", "pod_uid", "pod", "namespace", "container",
                  "slurm_job")
-# The process's efficiency (gputop.efficiency), since issue 30; absent from older recordings.
+# The process's efficiency (gputop.core.efficiency), absent from older recordings.
 EFFICIENCY_COLUMNS = ("mfu", "achieved_flops", "peak_flops", "flops_per_step",
                       "samples_per_step", "goodput", "j_per_step", "j_per_sample")
 GOODPUT_COLUMNS = {key: f"goodput_{key}_s" for key in GOODPUT_KEYS}
@@ -138,7 +140,7 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
         if (gpu, p.pid) in seen:
             continue
         seen.add((gpu, p.pid))
-        agent = p.agent or {}
+        agent = p.agent
         row: dict[str, Any] = {
             "time": snap.time, "pid": p.pid, "gpu": gpu, "name": p.name,
             "command": (p.cmdline or p.name)[:COMMAND_CHARS], "visible": p.visible,
@@ -149,7 +151,7 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
             "user": p.user,  # whose job: without GPUs, the report takes the recorder's own
         }
         for name in AGENT_COLUMNS:
-            value = agent.get(name)
+            value = getattr(agent, name) if agent is not None else None
             row[name] = None if value is None else float(value)
         row.update(_placement(p))
         _efficiency_columns(row, p.efficiency)
@@ -158,7 +160,7 @@ def process_rows(snap: Snapshot) -> list[dict[str, Any]]:
 
 
 def _placement(p) -> dict[str, Any]:
-    """Where the process runs (issue 29): its MIG device, its other pid, its container, pod
+    """Where the process runs: its MIG device, its other pid, its container, pod
     and Slurm job (None where unknown; columns absent from older recordings)."""
     owner = p.owner
     return {"gpu_instance": p.gpu_instance, "ns_pid": p.ns_pid, "host_pid": p.host_pid,
@@ -300,7 +302,7 @@ def recording_meta(snap: Snapshot, interval: float) -> dict[str, Any]:
                   "pcie_gen_max": g.pcie_gen_max, "pcie_width_max": g.pcie_width_max}
                  for g in snap.gpus],
         "snapshot_schema": 1,
-        "user": _user_name(),  # the recorder's user (issue 38: not another user's job)
+        "user": _user_name(),  # the recorder's user (not another user's job)
         # The recorder's own pid: the live rules leave its children (a demo's stand-ins) out
         # of job grouping, and a replay must do the same.
         "pid": os.getpid(),
@@ -395,7 +397,7 @@ def _read_part(part: Path, root: Path, bad: list[str], table: str) -> pd.DataFra
         bad.append(f"{part.relative_to(root)} ({exc})")
         return None
     except (pa.ArrowException, OSError, ValueError, MemoryError) as exc:
-        bad.append(f"{part.relative_to(root)} ({' '.join(str(exc).split())[:160]})")
+        bad.append(f"{part.relative_to(root)} ({library_message(exc)})")
         return None
     missing = REQUIRED[table] - set(frame.columns)
     if missing:
@@ -508,8 +510,28 @@ def read_recording(path: Path) -> Recording:
 
 def snapshot_parts(path: Path) -> list[Path]:
     """The parts of the snapshots table, in the order they were written (empty for
-    recordings made before the table existed)."""
+    recordings made before the table existed, and when ``_snapshots`` is not a real folder:
+    ``snapshots_refused`` says why)."""
+    if snapshots_refused(path) is not None:
+        return []
     return sorted((path / _SUBDIR[SNAPSHOTS]).glob("part-*.parquet"))
+
+
+def snapshots_refused(path: Path) -> str | None:
+    """Why the recording's ``_snapshots`` is not read, when it exists but is not a folder of
+    its own (a link, a FIFO, a file): None when it is one, or when there is none."""
+    where = path / _SUBDIR[SNAPSHOTS]
+    try:
+        mode = os.lstat(where).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{_SUBDIR[SNAPSHOTS]} cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(mode):
+        return None
+    kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a file" if stat.S_ISREG(mode) else "not a folder")
+    return f"{_SUBDIR[SNAPSHOTS]} is {kind}, not a folder of the recording: not read"
 
 
 def read_snapshot_part(part: Path, root: Path, bad: list[str]) -> pd.DataFrame:

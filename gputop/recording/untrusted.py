@@ -30,7 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gputop.validate import json_depth
+from gputop.core.format import safe_text
+from gputop.core.validate import json_depth
 
 MAX_JSON_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
@@ -96,7 +97,7 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:
-        raise UntrustedFile(f"not JSON ({' '.join(str(exc).split())[:120]})") from None
+        raise UntrustedFile(f"not JSON ({library_message(exc, 120)})") from None
 
 
 def read_parquet(path: Path) -> pa.Table:
@@ -115,7 +116,13 @@ def read_parquet(path: Path) -> pa.Table:
         except MemoryError:
             raise UntrustedFile("too large to decode") from None
         except (OSError, ValueError) as exc:
-            raise UntrustedFile(" ".join(str(exc).split())[:160]) from None
+            raise UntrustedFile(library_message(exc)) from None
+
+
+def library_message(exc: BaseException, limit: int = 160) -> str:
+    """What a library said of an untrusted file, as one escaped line: its message can quote the
+    file's bytes (pyarrow's thrift reader names a bad type byte raw, 0x00-0x0f)."""
+    return safe_text(" ".join(str(exc).split())[:limit])
 
 
 def _check_footer(meta: pq.FileMetaData) -> None:

@@ -1,5 +1,5 @@
 """MIG in the simulated NVML: the C functions a MIG-enabled GPU answers, as a mixin of
-``gputop.sim.nvml.SimulatedNvml`` (issue 29).
+``gputop.sim.nvml.SimulatedNvml``.
 
 A GPU whose scenario lists MIG devices (``GpuBehaviour.mig``) is in MIG mode: it answers
 ``nvmlDeviceGetMigMode`` (1, 1), ``nvmlDeviceGetMaxMigDeviceCount`` (7) and hands out a handle
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pynvml
 
-from gputop.boards import BoardTable
+from gputop.core.boards import BoardTable
 from gputop.sim import scenarios
 from gputop.sim.base import (
     HANDLE_BASE,

@@ -352,6 +352,14 @@ class SimulatedNvml(SimulatedMig):
             return self._uint(handle, out, lambda g, r: g.model.mem_clock_max)
         return NOT_SUPPORTED
 
+    def nvmlDeviceGetMemoryBusWidth(self, handle, out):
+        got = self._field(handle, "mem_bus_width")
+        if isinstance(got, int):
+            return got
+        if not got[1].model.mem_bus_width:
+            return NOT_SUPPORTED
+        return self._uint(handle, out, lambda g, r: g.model.mem_bus_width)
+
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle, out):
         got = self._field(handle, "clock_events")
         if isinstance(got, int):
@@ -512,6 +520,7 @@ PROTOTYPES: dict[str, tuple] = {
     "nvmlDeviceGetFanSpeed": (c_int, _P, _P),
     "nvmlDeviceGetClockInfo": (c_int, _P, c_uint, _P),
     "nvmlDeviceGetMaxClockInfo": (c_int, _P, c_uint, _P),
+    "nvmlDeviceGetMemoryBusWidth": (c_int, _P, _P),
     "nvmlDeviceGetCurrentClocksEventReasons": (c_int, _P, _P),
     "nvmlDeviceGetCurrentClocksThrottleReasons": (c_int, _P, _P),
     "nvmlDeviceGetPerformanceState": (c_int, _P, _P),

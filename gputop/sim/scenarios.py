@@ -24,7 +24,7 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 
-from gputop.pcie import capacity_mbs
+from gputop.core.pcie import capacity_mbs
 
 GIB = 1024**3
 MIB = 1024**2
@@ -44,14 +44,15 @@ class GpuModel:
     has_gpm: bool
     has_fan: bool
     idle_power_w: float
+    mem_bus_width: int = 0  # bits (nvmlDeviceGetMemoryBusWidth); 0: not reported
 
 
 H100 = GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, 527 * MIB, 700.0, 1980, 2619, 5, 16,
-                0x233010DE, True, False, 70.0)
+                0x233010DE, True, False, 70.0, 5120)
 A100 = GpuModel("NVIDIA A100-SXM4-80GB", 81920 * MIB, 573 * MIB, 400.0, 1410, 1593, 4, 16,
-                0x20B210DE, False, False, 55.0)
+                0x20B210DE, False, False, 55.0, 5120)
 L40S = GpuModel("NVIDIA L40S", 46068 * MIB, 445 * MIB, 350.0, 2520, 9001, 4, 16,
-                0x26B910DE, False, True, 35.0)
+                0x26B910DE, False, True, 35.0, 384)
 K80 = GpuModel("Tesla K80", 11441 * MIB, 0, 149.0, 875, 2505, 3, 16,
                0x102D10DE, False, True, 30.0)
 
@@ -70,7 +71,7 @@ OLD_DRIVER_MISSING = frozenset(
 )
 
 
-# -- MIG (issue 29) ---------------------------------------------------------------------------
+# -- MIG ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,9 @@ class GpuBehaviour:
     lost_after: float | None = None
     unsupported: frozenset[str] = frozenset()
     extra_pids: int = 0  # processes NVML reports that the host cannot see (containers)
-    mig: tuple[MigSlice, ...] = ()  # MIG mode on, with these MIG devices (issue 29)
+    mig: tuple[MigSlice, ...] = ()  # MIG mode on, with these MIG devices
     # Its stand-in is the real torch trainer compiled with torch.compile, whose last batch of
-    # each epoch is smaller (a recompile: issue 41), when torch is installed.
+    # each epoch is smaller (a recompile), when torch is installed.
     compiled: bool = False
 
 
@@ -167,6 +168,12 @@ SCENARIOS: dict[str, Scenario] = {
             "H100 running many tiny kernels: utilization ~18 %, SM activity < 1 %, the "
             "launching thread saturated",
             [GpuBehaviour("tiny-kernels", H100, "busy")],
+        ),
+        _scenario(
+            "memory-bound",
+            "H100 busy at ~97% on memory-bound work: DRAM ~85% active, tensor pipes ~5% "
+            "(element-wise and norm kernels, unfused)",
+            [GpuBehaviour("memory-bound", H100, "trainer", workers=2)],
         ),
         _scenario(
             "throttled",
@@ -309,7 +316,10 @@ class _Work:
 # How much of the GPU each behaviour's kernels fill while they run.
 FILL = {"healthy": 0.78, "throttled": 0.78, "memory-leak": 0.78, "input-starved": 0.4,
         "host-sync": 0.8, "pcie-bound": 0.5, "host-bound": 0.35, "tiny-kernels": 0.015,
-        "idle": 0.0}
+        "idle": 0.0, "memory-bound": 0.7}
+# The share of its SM activity with tensor pipes busy, and of its kernel time with DRAM busy.
+TENSOR_SHARE = {"healthy": 0.55, "throttled": 0.55, "memory-leak": 0.55, "memory-bound": 0.07}
+DRAM_SHARE = {"memory-bound": 0.88}
 
 
 def _work(kind: str, t: float, n, link_mbs: float) -> _Work:
@@ -405,7 +415,7 @@ def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuRead
         power = m.power_limit_w * (0.995 + 0.004 * n(6))
     power = max(m.idle_power_w * 0.8, min(power, m.power_limit_w))
     sm_active = 100.0 * kernels * work.fill
-    tensor = sm_active * (0.55 if kind in ("healthy", "throttled", "memory-leak") else 0.2)
+    tensor = sm_active * TENSOR_SHARE.get(kind, 0.2)
     working = t >= STARTUP_S and kind != "idle"
     return GpuReading(
         util_gpu=round(util),
@@ -425,7 +435,7 @@ def reading(behaviour: GpuBehaviour, index: int, t: float, seed: int) -> GpuRead
         sm_active=sm_active,
         sm_occupancy=sm_active * 0.6,
         tensor_active=tensor,
-        dram_active=100.0 * kernels * 0.5,
+        dram_active=100.0 * kernels * DRAM_SHARE.get(kind, 0.5),
     )
 
 
@@ -442,7 +452,7 @@ def sm_util_share(n_procs: int) -> list[float]:
     return [w / total for w in weights]
 
 
-# -- MIG readings (issue 29) ------------------------------------------------------------------
+# -- MIG readings ------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=256)

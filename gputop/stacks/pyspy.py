@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gputop.pidns import pid_alive
+from gputop.core.pidns import pid_alive
 from gputop.stacks.access import StacksError, explain_refusal, refusal
 from gputop.stacks.profile import StackReport, build_report, parse_dump, parse_raw
 
@@ -141,6 +141,34 @@ def _wait_all(procs: list[subprocess.Popen], deadline: float,
     return True
 
 
+TIMEOUT_RETRIES = 1
+
+
+def timeout_message(pid: int) -> str:
+    """What to do when py-spy twice did not finish in time: the host's load says why."""
+    try:
+        load = f"load {os.getloadavg()[0]:.0f} on {os.cpu_count()} cores"
+    except OSError:
+        load = "a busy host"
+    return (f"py-spy did not finish sampling pid {pid} in time, twice ({load}): run the "
+            f"command again when the host is less busy, or sample less with "
+            f"`gputop stacks {pid} --seconds 1`")
+
+
+def _start_records(binary: str, pid: int, whole: int, rate: int, workdir: Path,
+                   runs: dict[str, bool]) -> dict[str, subprocess.Popen]:
+    """py-spy record runs (with and without idle threads), their output logged in
+    ``workdir``; each attempt's files replace the last's."""
+    procs: dict[str, subprocess.Popen] = {}
+    for name, with_idle in runs.items():
+        with open(workdir / f"{name}.log", "wb") as log:  # the child keeps its own handle
+            procs[name] = subprocess.Popen(
+                _record_command(binary, pid, whole, rate, workdir / f"{name}.raw", with_idle),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "RUST_BACKTRACE": "0"})
+    return procs
+
+
 def _record_command(binary: str, pid: int, seconds: int, rate: int, out: Path,
                     idle: bool) -> list[str]:
     cmd = [binary, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", str(rate),
@@ -196,23 +224,19 @@ def sample_stacks(pid: int, seconds: float = 3.0, rate: int = DEFAULT_RATE, *,
     try:
         runs = {"active": False, **({"all": True} if idle else {})}
         procs: dict[str, subprocess.Popen] = {}
-        logs = {}
-        for name, with_idle in runs.items():
-            logs[name] = open(workdir / f"{name}.log", "wb")  # closed below
-            procs[name] = subprocess.Popen(
-                _record_command(binary, pid, whole, rate, workdir / f"{name}.raw", with_idle),
-                stdin=subprocess.DEVNULL, stdout=logs[name], stderr=subprocess.STDOUT,
-                env={**os.environ, "RUST_BACKTRACE": "0"})
-        try:
-            finished = _wait_all(list(procs.values()),
-                                 time.monotonic() + whole + START_GRACE_S, should_stop)
-        finally:
-            for log in logs.values():
-                log.close()
+        # A busy host can keep py-spy from starting in time: one more try, with twice the
+        # grace, before saying so (the process is only read, never slowed for long).
+        for attempt in range(1 + TIMEOUT_RETRIES):
+            procs = _start_records(binary, pid, whole, rate, workdir, runs)
+            grace = START_GRACE_S * (1 + attempt)
+            finished = _wait_all(list(procs.values()), time.monotonic() + whole + grace,
+                                 should_stop)
+            if finished or (should_stop is not None and should_stop()):
+                break
         if not finished:
             if should_stop is not None and should_stop():
                 raise StacksError(f"sampling of pid {pid} cancelled", "cancelled")
-            raise StacksError(f"py-spy did not finish sampling pid {pid} in time")
+            raise StacksError(timeout_message(pid))
         texts, errors = {}, 0
         for name, proc in procs.items():
             log = _read_bounded(workdir / f"{name}.log", 65536) or ""

@@ -5,7 +5,7 @@ Every name, path and command line comes from the sampled process: escaped with `
 
 from __future__ import annotations
 
-from gputop.format import safe_text
+from gputop.core.format import safe_text
 from gputop.stacks.profile import Entry, ProcessStacks, StackReport, ThreadNow, where_line
 
 TOP_SHOWN = 5

@@ -4,7 +4,7 @@ samples of the capture window (``timeline``) joined to the trace's steps and idl
 The agent says when each recorded step began on the wall clock (``walls``), and which thread
 trains; the trace has the same steps (``ProfilerStep#N``), which places trace time on the wall
 clock. Each finding that costs idle time (``dataloader-stall``, ``host-sync``, ``gpu-idle``,
-...) owns intervals of the attribution (``trace_gaps``); the samples that fall in them say what
+...) owns intervals of the attribution (``measuring/gaps.py``); the samples that fall in them say what
 the training thread was doing there, and, when it only waited in library code (a DataLoader
 queue), what the DataLoader workers were doing meanwhile. A sample is named by its innermost
 frame in the user's own code (not site-packages or the standard library), with the user frame
@@ -21,7 +21,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gputop.diagnostics.trace.intervals import Ranges, intersect, merge, subtract, total
+from gputop.diagnostics.trace.measuring.intervals import Ranges, intersect, merge, subtract, total
 from gputop.stacks.profile import Frame
 from gputop.stacks.timeline import Sample, Timeline
 
@@ -260,7 +260,7 @@ def format_where(wheres: list[FindingWhere], rate: int) -> str:
     """The report's section; empty when there is nothing to say."""
     if not wheres:
         return ""
-    from gputop.format import safe_text
+    from gputop.core.format import safe_text
 
     lines = [f"Where in the code (py-spy samples at {rate}/s, joined to the trace's steps)"]
     for w in wheres:

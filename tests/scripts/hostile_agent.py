@@ -42,7 +42,11 @@ def absurd_status() -> dict:
             "goodput": {"goodput": 1.0, "seconds": {"productive": 0.0, "stall": 5.0,
                                                     "hang": 5.0}},
             "flops": {"state": "done", "last": {"ok": True, "flops_per_step": 1e30,
-                                                "precision": "fp32", "samples_per_step": 1}}}
+                                                "precision": "fp32", "samples_per_step": 1}},
+            # torch.compile's figures too: refused, never clamped to one that is shown.
+            "compile": {"compiles": 2**62, "recompiles": 2**62, "compile_s": 1e300,
+                        "blocked_after_warmup_s": -3.0, "cudagraph": {"rerecords": 2**62},
+                        "functions": [{"function": "step", "compiles": 2**62, "line": 10**12}]}}
 
 
 def main() -> None:

@@ -57,7 +57,8 @@ def forged_lines(forge: str, ascii_only: bool) -> tuple[str, str]:
     model's own dataclasses are walked, so a string field added later is covered too."""
     import dataclasses
 
-    from gputop.model import (
+    from gputop.core.agent_status import AgentStatus
+    from gputop.core.model import (
         DriverInfo,
         GpuSample,
         HostSample,
@@ -65,7 +66,7 @@ def forged_lines(forge: str, ascii_only: bool) -> tuple[str, str]:
         Snapshot,
         WorkerSample,
     )
-    from gputop.snapshot_json import snapshot_to_json
+    from gputop.core.snapshot_json import snapshot_to_json
 
     def filled(cls, **given):
         values = {}
@@ -82,6 +83,7 @@ def forged_lines(forge: str, ascii_only: bool) -> tuple[str, str]:
     worker = filled(WorkerSample, pid=4243, cpu_percent=80.0, rss=1 << 20)
     agent = {"job_id": forge, "rank": 0, "world_size": 1, "steps": 10, "message": forge,
              forge: forge}
+    agent = AgentStatus(agent)  # unchecked: a hostile node sends what it likes
     proc = filled(ProcSample, pid=4242, gpu_mem=1 << 30, workers=(worker,), agent=agent)
     gpu = filled(GpuSample, index=0, util_gpu=10.0, mem_used=1 << 30, mem_total=80 << 30,
                  processes=(proc,))

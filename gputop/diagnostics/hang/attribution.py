@@ -21,13 +21,29 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputop.diagnostics.findings import Finding, order_findings
+from gputop.diagnostics.hang.cause import cause_finding
+from gputop.diagnostics.hang.culprits import (
+    dump_clock,
+    find_cause,
+    stale_ranks,
+    trusted_file_times,
+)
 from gputop.diagnostics.hang.dumps import FrDump, FrEntry
 from gputop.diagnostics.hang.stacks import RankStack
+from gputop.diagnostics.hang.views import (
+    GroupView,
+    HangFinding,
+    _call_site,
+    _op,
+    _pg_name,
+    _ranks_h,
+)
+from gputop.diagnostics.hang.world import agree
 
 # Collectives whose sizes legitimately differ across ranks (uneven splits): compared by op and
 # dtype only.
@@ -42,62 +58,6 @@ IN_FLIGHT_S = 1.0
 
 
 @dataclass(frozen=True)
-class HangFinding(Finding):
-    """A ``Finding`` about a collective across ranks, with what the JSON names."""
-
-    ranks: tuple[int, ...] = ()  # the ranks named as the cause
-    waiting_ranks: tuple[int, ...] = ()  # the ranks waiting in the collective
-    collective: str | None = None  # the op as the dump names it: "nccl:all_reduce"
-    process_group: dict | None = None  # {"id", "desc"}
-    seq: int | None = None
-    since_s: float | None = None  # how long the longest-waiting rank has waited
-    state: str | None = None  # the waiting ranks' entry state: scheduled / started
-    no_dump: tuple[int, ...] = ()  # named ranks of which no dump was given
-    blocked_ranks: tuple[int, ...] = ()  # late here because they wait in another group
-    calls: tuple[dict, ...] = ()  # desync: [{"ranks": [...], "call": "gloo:all_gather ..."}]
-    rank_lines: tuple[tuple[int, str], ...] = ()  # (rank, "train.py:57 time.sleep")
-    sizes: tuple = ()
-    dtypes: tuple[str, ...] = ()
-
-    def to_json(self) -> dict:
-        out = super().to_json()
-        out.update({
-            "ranks": list(self.ranks),
-            "waiting_ranks": list(self.waiting_ranks),
-            "collective": self.collective,
-            "process_group": self.process_group,
-            "seq": self.seq,
-            "since_s": None if self.since_s is None else round(self.since_s, 3),
-            "state": self.state,
-            "no_dump": list(self.no_dump),
-            "blocked_ranks": list(self.blocked_ranks),
-            "calls": [dict(c) for c in self.calls],
-            "where_by_rank": {str(r): line for r, line in self.rank_lines},
-            "sizes": [list(s) for s in self.sizes],
-            "dtypes": list(self.dtypes),
-        })
-        return out
-
-
-@dataclass(frozen=True)
-class GroupView:
-    """One process group across the ranks that recorded it."""
-
-    id: str
-    desc: str
-    members: tuple[int, ...]  # ranks known to be in it (dumps, pg_config)
-    dumped: tuple[int, ...]  # members whose dump is here
-    last_enqueued: dict[int, int]  # rank -> last collective seq enqueued (-1: none)
-    last_completed: dict[int, int]  # rank -> last collective seq completed (-1: none)
-    by_seq: dict[int, dict[int, FrEntry]]  # seq -> rank -> entry
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "desc": self.desc, "members": list(self.members),
-                "last_enqueued": {str(r): s for r, s in sorted(self.last_enqueued.items())},
-                "last_completed": {str(r): s for r, s in sorted(self.last_completed.items())}}
-
-
-@dataclass(frozen=True)
 class HangReport:
     verdict: str
     findings: tuple[Finding, ...]
@@ -108,6 +68,8 @@ class HangReport:
     healthy_reason: str | None = None
     measured_at: float | None = None  # epoch seconds "since" is measured to
     files: dict[int, str] = field(default_factory=dict)
+    missing_count: int = 0  # ranks without a dump (missing_ranks lists the first few)
+    world_size: int | None = None  # as the dumps (and the environment) agree
 
     @property
     def primary(self) -> Finding | None:
@@ -120,6 +82,8 @@ class HangReport:
             "findings": [f.to_json() for f in self.findings],
             "ranks": list(self.ranks),
             "missing_ranks": list(self.missing_ranks),
+            "missing_count": self.missing_count,
+            "world_size": self.world_size,
             "process_groups": [g.to_json() for g in self.groups],
             "notes": list(self.notes),
             "healthy_reason": self.healthy_reason,
@@ -130,7 +94,8 @@ class HangReport:
 
 # -- joining ----------------------------------------------------------------------------------
 
-def _groups(dumps: Mapping[int, FrDump], missing: set[int]) -> list[GroupView]:
+def _groups(dumps: Mapping[int, FrDump], missing: set[int],
+            size: int | None = None) -> list[GroupView]:
     desc: dict[str, str] = {}
     members: dict[str, set[int]] = defaultdict(set)
     enq: dict[str, dict[int, int]] = defaultdict(dict)
@@ -163,7 +128,7 @@ def _groups(dumps: Mapping[int, FrDump], missing: set[int]) -> list[GroupView]:
     for d in dumps.values():
         for pg, cfg in d.pg_config.items():
             if pg in members and cfg.get("ranks"):
-                members[pg].update(cfg["ranks"])
+                members[pg].update(r for r in cfg["ranks"] if size is None or r < size)
     # Every rank is in the default group: ranks known to exist without a dump belong to it.
     for pg in members:
         if pg == "0" or desc.get(pg) == "default_pg":
@@ -179,18 +144,6 @@ def _groups(dumps: Mapping[int, FrDump], missing: set[int]) -> list[GroupView]:
             last_completed={r: done[pg].get(r, -1) for r in mem if r in dumps},
             by_seq={s: dict(v) for s, v in by_seq[pg].items()}))
     return out
-
-
-def _missing_ranks(dumps: Mapping[int, FrDump]) -> set[int]:
-    """Ranks known to exist without a dump: named in a group's rank list, or a gap in the
-    dumps' rank numbers (a rank that died before it could dump)."""
-    known: set[int] = set()
-    for d in dumps.values():
-        for cfg in d.pg_config.values():
-            known.update(cfg.get("ranks") or ())
-    if dumps:
-        known.update(range(max(dumps) + 1))
-    return known - set(dumps)
 
 
 def _pending(g: GroupView, rank: int) -> FrEntry | None:
@@ -244,21 +197,6 @@ def _rank_line(rank: int, g: GroupView, stacks: Mapping[int, RankStack] | None,
             + (f" at {site}" if site else "") + "; no live stack (run `gputop hang PID`)")
 
 
-def _call_site(e: FrEntry) -> str | None:
-    for f in e.frames:
-        if not f.is_library:
-            return f"{f.file.rsplit('/', 1)[-1]}:{f.line}" if f.line is not None else f.file
-    return None
-
-
-def _op(op: str) -> str:
-    return op.split(":", 1)[-1]
-
-
-def _pg_name(pg_id: str, desc: str) -> str:
-    return desc if desc and desc != "undefined" else f"process group {pg_id}"
-
-
 def _waiting_line(e: FrEntry, g: GroupView) -> str:
     site = _call_site(e)
     return (f"waits in {_op(e.op)} #{e.seq} of {_pg_name(g.id, g.desc)}"
@@ -266,27 +204,37 @@ def _waiting_line(e: FrEntry, g: GroupView) -> str:
 
 
 def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | None = None,
-              now: float | None = None, gone: Collection[int] = ()) -> HangReport:
+              now: float | None = None, gone: Collection[int] = (),
+              world_size: int | None = None) -> HangReport:
     """Join the ranks' dumps (rank -> dump) into a verdict and findings. ``stacks`` (rank ->
     live stack) adds each named rank's line; ``now`` (epoch seconds) is the moment waits are
     measured to: by default the latest dump's file time, else the latest record. ``gone``:
     ranks known to have no process any more (a live collection's): with one gone, the job's
-    collectives cannot all complete, so a short wait is not taken for one in flight."""
-    missing = _missing_ranks(dumps)
-    groups = _groups(dumps, missing)
-    notes: list[str] = []
+    collectives cannot all complete, so a short wait is not taken for one in flight.
+    ``world_size`` (the environment's, live) bounds the rank numbers believed."""
+    world = agree(dumps, world_size)
+    dumps, missing = world.dumps, set(world.missing)
+    groups = _groups(dumps, missing, world.size)
+    notes: list[str] = list(world.notes)
+    clock = dump_clock(dumps)
+    file_times = trusted_file_times(dumps, clock)
+    # Offline, a dump far older than the others' stopped being refreshed (a stopped or
+    # GIL-holding rank's); live, every rank is read at once, and an early read is just early.
+    stale = stale_ranks(dumps, file_times) if now is None else {}
     if now is None:
-        times = [d.dumped_at for d in dumps.values() if d.dumped_at]
-        if times:
-            now = max(times)
+        if file_times:
+            now = max(file_times.values())
         else:
-            created = [e.time_created_ns for d in dumps.values() for e in d.entries
-                       if e.time_created_ns]
-            now = max(created) / 1e9 if created else time.time()
-            notes.append("no dump time known: waits are measured to the latest record")
+            now = clock if clock is not None else time.time()
+            if any(d.dumped_at for d in dumps.values()) and clock is not None:
+                notes.append("the files' times do not match their records (a copy?): waits "
+                             "are measured to the newest record")
+            elif clock is not None:
+                notes.append("no dump time known: waits are measured to the latest record")
     if not any(d.entries for d in dumps.values()):
         return HangReport(verdict=NO_RECORDS, findings=(), ranks=tuple(sorted(dumps)),
-                          missing_ranks=tuple(sorted(missing)), groups=tuple(groups),
+                          missing_ranks=world.listed_missing(), missing_count=len(missing),
+                          world_size=world.size, groups=tuple(groups),
                           notes=tuple(notes + [
                               "no collective recorded: was Flight Recorder on? Set "
                               "TORCH_FR_BUFFER_SIZE=2000 in the job's environment (`gputop run` "
@@ -307,17 +255,27 @@ def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | Non
             waiting_group[r].add(g.id)
     findings: list[Finding] = []
     flights: list[str] = []
+    in_flight: set[str] = set()
     for g in groups:
         desync = _desyncs(g, dumps, stacks, waiting_in, now)
         findings += desync
         if desync:  # a desync explains its group's wait: no second finding for it
             continue
-        flight = None if gone else _in_flight(g, pending[g.id], dumps, now)
+        flight = None if gone else _in_flight(g, pending[g.id], dumps, now, stale)
         if flight:
             flights.append(flight)
+            in_flight.add(g.id)
         else:
             findings += _hangs(g, pending[g.id], dumps, stacks, waiting_in, waiting_group, now)
     findings = _rank_root_causes(findings, waiting_group)
+    if not any(f.id == "desync" for f in findings):
+        cause = find_cause(groups, pending, dumps, in_flight, stale)
+        if cause is not None:
+            explained = {x.group.id for x in cause.explained}
+            findings = [cause_finding(cause, now, lambda r: _rank_line(
+                r, None, stacks, dumps, waiting_in))] + [
+                f for f in findings
+                if (getattr(f, "process_group", None) or {}).get("id") not in explained]
     if findings:
         verdict = findings[0].id
         reason = None
@@ -329,7 +287,8 @@ def attribute(dumps: Mapping[int, FrDump], stacks: Mapping[int, RankStack] | Non
                 f"{k} completed #{v}" for k, v in last.items()))
     notes += flights if findings else []
     return HangReport(verdict=verdict, findings=tuple(findings), ranks=tuple(sorted(dumps)),
-                      missing_ranks=tuple(sorted(missing)), groups=tuple(groups),
+                      missing_ranks=world.listed_missing(), missing_count=len(missing),
+                          world_size=world.size, groups=tuple(groups),
                       notes=tuple(notes), healthy_reason=reason, measured_at=now,
                       files={r: d.name for r, d in dumps.items()})
 
@@ -340,7 +299,7 @@ def _since(entries: list[FrEntry], now: float) -> float | None:
 
 
 def _in_flight(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDump],
-               now: float) -> str | None:
+               now: float, stale: Collection[int] = ()) -> str | None:
     """Why the group's oldest pending collective is not (yet) a hang, or None when it may be.
 
     Each rank's records are read at their own moment (``dumped_at``). A rank read before the
@@ -355,7 +314,7 @@ def _in_flight(g: GroupView, pend: dict[int, FrEntry], dumps: Mapping[int, FrDum
         return None  # no times recorded: nothing to tell in flight from stuck
     began = min(created)
     behind = [r for r in g.dumped if g.last_enqueued.get(r, -1) < seq]
-    early = [r for r in behind if (dumps[r].dumped_at or now) < began]
+    early = [r for r in behind if (dumps[r].dumped_at or now) < began and r not in stale]
     waits = [(dumps[r].dumped_at or now) - e.time_created_ns / 1e9
              for r, e in waiters.items() if e.time_created_ns]
     what = f"{_op(next(iter(waiters.values())).op)} #{seq} of {_pg_name(g.id, g.desc)}"
@@ -520,12 +479,3 @@ def _rank_root_causes(findings: list[Finding],
     return sorted(ordered, key=key)
 
 
-def _ranks_h(ranks: Iterable[int]) -> str:
-    ranks = sorted(ranks)
-    if not ranks:
-        return "no rank"
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    if len(ranks) > 8:
-        return f"ranks {', '.join(map(str, ranks[:8]))}, ... ({len(ranks)} ranks)"
-    return "ranks " + ", ".join(map(str, ranks))

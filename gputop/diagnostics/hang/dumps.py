@@ -9,7 +9,10 @@ JSON. A dump may come from another user: reading it must not run code when root 
   float, bool and None: ``find_class`` (every class, function and extension code goes through
   it) and ``persistent_load`` raise, so no reduce, no object, no import.
 * Its size is bounded before it is read (``MAX_DUMP_BYTES``, 256 MiB by default: a buffer of
-  20 000 entries with stacks is a few tens of MB).
+  20 000 entries with stacks is a few tens of MB). A pickle over ``FAST_PICKLE_BYTES`` is read
+  through a reader that counts what the unpickler builds as it reads: it stops at
+  ``MAX_OBJECTS`` objects, so a file of empty dicts (each byte one object, ~90 bytes of
+  memory) cannot take gigabytes; ``MAX_ENTRIES`` is applied to what that leaves.
 * Every field is type-checked and clipped; anything else gives ``DumpError`` with one line.
 
 Pure: no torch, no textual.
@@ -34,6 +37,10 @@ MAX_ENTRIES = 200_000  # entries kept of one dump (a ring buffer is a few thousa
 MAX_FIELD = 512  # characters of a name, path or description
 MAX_PGS = 4096  # process groups described in one dump
 MAX_DIMS = 16  # tensor sizes kept per entry (list of shapes), each of at most MAX_DIMS dims
+# Below this size the C unpickler reads a pickle (at most ~90 bytes of memory per byte: a few
+# hundred MB); above it the counting one does, bounded by objects built, not bytes.
+FAST_PICKLE_BYTES = 4 * 1024 * 1024
+MAX_OBJECTS = 6_000_000  # reads of one pickle (~an object each): ~35 000 entries with stacks
 
 # A rank number at the end of a file name (PyTorch writes TORCH_FR_DUMP_TEMP_FILE + rank,
 # e.g. "nccl_trace_rank_3"); an extension such as ".json" or ".pkl" is allowed after it.
@@ -114,6 +121,60 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("uses a persistent id (refused)")
 
 
+class _CountingReader:
+    """The file the C unpickler reads a large pickle from. With no ``peek`` it asks for each
+    opcode's bytes in turn, so the calls count the objects it builds; a FRAME (whose body it
+    takes in one read, then runs without asking) is charged a byte an object. Past
+    ``budget`` it raises, before the memory is spent."""
+
+    def __init__(self, data: bytes, budget: int) -> None:
+        self._file = io.BytesIO(data)
+        self._left = budget
+        self._budget = budget
+        self._frame = 0  # 1: a FRAME opcode was read, 2: its length too: the body comes next
+        self.refused: str | None = None  # the C unpickler reports a read's error as an EOF
+
+    def _charge(self, cost: int) -> None:
+        self._left -= cost
+        if self._left < 0:
+            self.refused = (f"more than {self._budget} objects: over the object bound, refused "
+                            "(a Flight Recorder ring holds a few thousand entries)")
+            raise pickle.UnpicklingError(self.refused)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._file.read(n)
+        if self._frame == 2:
+            self._charge(len(data))
+            self._frame = 0
+        else:
+            self._charge(1)
+            self._frame = 1 if data == pickle.FRAME else (
+                2 if self._frame == 1 and len(data) == 8 else 0)
+        return data
+
+    def readline(self) -> bytes:
+        self._charge(1)
+        self._frame = 0
+        return self._file.readline()
+
+    def readinto(self, buf) -> int:  # noqa: ANN001 - a writable buffer
+        self._charge(1)
+        self._frame = 0
+        return self._file.readinto(buf)
+
+
+def _unpickle(data: bytes) -> object:
+    if len(data) <= FAST_PICKLE_BYTES:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    reader = _CountingReader(data, MAX_OBJECTS)
+    try:
+        return _PlainUnpickler(reader).load()
+    except (EOFError, pickle.UnpicklingError):
+        if reader.refused:
+            raise pickle.UnpicklingError(reader.refused) from None
+        raise
+
+
 def _clip(text: str, limit: int = MAX_FIELD) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -191,7 +252,7 @@ def read_dump_bytes(data: bytes, name: str, max_bytes: int = MAX_DUMP_BYTES) -> 
     form = "json" if data.lstrip()[:1] == b"{" else "pickle"
     try:
         if form == "pickle":
-            raw = _PlainUnpickler(io.BytesIO(data)).load()
+            raw = _unpickle(data)
         else:
             raw = json.loads(data)
     except RecursionError:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import textwrap
 
+from gputop.core.format import safe_text
 from gputop.diagnostics.findings import CATALOGUE
 from gputop.diagnostics.hang.attribution import HangFinding, HangReport
-from gputop.format import safe_text
 
 
 def headline(report: HangReport) -> str:
@@ -27,9 +27,11 @@ def format_report(report: HangReport, width: int = 100) -> str:
 
     out: list[str] = []
     meaning = CATALOGUE.get(report.verdict, "")
+    missing = ", ".join(map(str, report.missing_ranks[:8]))
+    more = report.missing_count - min(8, len(report.missing_ranks))
     out.append(f"Flight Recorder: {len(report.ranks)} rank dump(s)"
-               + (f", no dump from rank(s) {', '.join(map(str, report.missing_ranks))}"
-                  if report.missing_ranks else ""))
+               + (f", no dump from rank(s) {missing}" if missing else "")
+               + (f" and {more} more ({report.missing_count} ranks)" if more > 0 else ""))
     out.append(f"verdict: {report.verdict}" + (f" - {meaning}" if meaning else ""))
     out.append("")
     out += wrap(headline(report), indent="")
@@ -39,7 +41,9 @@ def format_report(report: HangReport, width: int = 100) -> str:
         if i:
             out += wrap(f.title)
         if isinstance(f, HangFinding):
-            if f.collective:
+            if f.collective and f.seq is None:  # from stacks alone: no group, no sequence
+                out += wrap(f"collective: {f.collective}")
+            elif f.collective:
                 pg = f.process_group or {}
                 out += wrap(f"collective: {f.collective} #{f.seq} of process group "
                             f"{pg.get('id')} ({pg.get('desc') or 'no description'}), "
@@ -48,9 +52,19 @@ def format_report(report: HangReport, width: int = 100) -> str:
                             + (f" {','.join(f.dtypes)}" if f.dtypes else ""))
             if f.ranks:
                 out += wrap(f"named: rank(s) {', '.join(map(str, f.ranks))}")
+            for c in f.culprits:
+                out += wrap(f"rank {c['rank']}: {c['detail']}")
             if f.waiting_ranks:
                 out += wrap(f"waiting: rank(s) {', '.join(map(str, f.waiting_ranks))}"
-                            + (f" for {f.since_s:.0f} s" if f.since_s is not None else ""))
+                            + (f" for {f.since_s:.0f} s" if f.since_s is not None else "")
+                            + (" (by the dumps' own clock)" if f.waited_s is not None else ""))
+            for s in f.symptoms[:12]:
+                pg = s["process_group"]
+                out += wrap(f"symptom: {pg.get('desc') or pg.get('id')} {s['collective']} "
+                            f"#{s['seq']}: rank(s) {', '.join(map(str, s['waiting_ranks']))} "
+                            f"wait because of rank(s) {', '.join(map(str, s['because_of']))}")
+            if len(f.symptoms) > 12:
+                out += wrap(f"symptom: ... {len(f.symptoms) - 12} more group(s)")
             if f.blocked_ranks:
                 out += wrap(f"blocked: rank(s) {', '.join(map(str, f.blocked_ranks))} (late here "
                             "because they wait in another group's collective)")

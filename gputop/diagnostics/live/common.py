@@ -21,13 +21,13 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
+from gputop.core.model import GpuSample, ProcSample
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import (  # noqa: F401  (the live rules read them here)
     CRITICAL_SHARE,
     WARNING_SHARE,
     severity_for,
 )
-from gputop.model import GpuSample, ProcSample
 
 WINDOW_S = 10.0  # most rules look at the last 10 s
 # Rules need this many samples of a GPU (after its start-up) before they judge it.
@@ -82,24 +82,19 @@ def pct(share: float) -> str:
     return f"{share * 100:.0f}%"
 
 
-# -- what an agent reports: untrusted, so every number is checked --------------------------------
+# -- what an agent reports: checked once, where it was read ------------------------------------
 
 
-def agent_share(proc: ProcSample, key: str) -> float | None:
-    """A 0-1 share the agent reported, or None when absent or not a finite share."""
-    value = (proc.agent or {}).get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if 0.0 <= value <= 1.0 else None
+def agent_share(proc: ProcSample, name: str) -> float | None:
+    """A 0-1 share the agent reported (``dataloader_wait_share``, ``sync_wait_share``,
+    ``host_busy_share``), or None without an agent or that figure. Checked where it was read
+    (core/agent_status.py)."""
+    return getattr(proc.agent, name) if proc.agent is not None else None
 
 
 def agent_steps(proc: ProcSample) -> int | None:
     """The optimizer steps the agent counted, or None without an agent (or a bad value)."""
-    value = (proc.agent or {}).get("steps")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return None
-    return int(value) if 0 <= value < 2**63 else None
+    return proc.agent.steps if proc.agent is not None else None
 
 
 # -- processes in a window ------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding
 
 if TYPE_CHECKING:
+    from gputop.core.model import ProcSample
     from gputop.diagnostics.live.windows import _Context
-    from gputop.model import ProcSample
 
 RECENT_S = 300.0  # recompiles, stalls and re-recordings counted over the last 5 minutes
 STALL_S = 2.0  # seconds of steps blocked on compilation after warm-up (warning)
@@ -40,7 +40,7 @@ def _procs(ctx: _Context) -> list[tuple[int | None, ProcSample, dict[str, Any]]]
         (g.index, p) for g in snap.gpus for p in g.processes]
     placed += [(None, p) for p in snap.other_processes]
     for gpu, p in placed:
-        data = (p.agent or {}).get("compile") if isinstance(p.agent, dict) else None
+        data = p.agent.compile if p.agent is not None else None
         if p.pid not in seen and isinstance(data, dict):
             seen.add(p.pid)
             out.append((gpu, p, data))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gputop.core.model import Snapshot
+from gputop.core.pcie import board_link
 from gputop.diagnostics.live.common import agent_share
-from gputop.model import Snapshot
-from gputop.pcie import board_link
 
 
 @dataclass

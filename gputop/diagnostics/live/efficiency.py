@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gputop.core.efficiency import flops_text, share_text
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding
-from gputop.efficiency import flops_text, share_text
 
 if TYPE_CHECKING:
+    from gputop.core.model import ProcSample
     from gputop.diagnostics.live.windows import _Context
-    from gputop.model import ProcSample
 
 DROP = 0.30  # the share of its best MFU the job must have lost
 CRITICAL_DROP = 0.50

@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from gputop.core.job_groups import JobView, jobs_in
+from gputop.core.model import ProcSample, Snapshot
 from gputop.diagnostics.findings import Finding
-from gputop.job_groups import JobView, jobs_in
-from gputop.model import ProcSample, Snapshot
 
 MIN_ENV = "GPUTOP_HANG_MIN_S"
 MIN_S = 60.0  # the bound's floor (GPUTOP_HANG_MIN_S overrides it)
@@ -80,13 +80,6 @@ def _procs(snap: Snapshot) -> dict[int, ProcSample]:
     return out
 
 
-def _num(agent: dict, key: str) -> float | None:
-    value = agent.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return None
-    return float(value) if 0 <= value < 1e9 else None
-
-
 def _gone(pid: int, snap_time: float, now: float) -> bool | None:
     """True when the process is gone, False when it is alive, None when this cannot be told
     (a recording replayed: its pids are not this machine's now)."""
@@ -131,15 +124,16 @@ def _job_finding(job: JobView, snap: Snapshot, memory: RankMemory | None,
     procs = _procs(snap)
     ages, p95s, saving = [], [], []
     for r in job.ranks:
-        agent = (procs[r.pid].agent if r.pid in procs else None) or {}
-        age = _num(agent, "last_step_age_s")
-        if age is None or r.steps < 1:
+        # Checked where they were read (core/agent_status.py): in range or None.
+        agent = procs[r.pid].agent if r.pid in procs else None
+        age = agent.last_step_age_s if agent is not None else None
+        if agent is None or age is None or r.steps < 1:
             return None  # a rank not stepping yet: start-up, not a hang
         ages.append(age)
-        p95 = _num(agent, "step_time_p95_s")
+        p95 = agent.step_time_p95_s
         if p95 is not None:
             p95s.append(p95)
-        ckpt = _num(agent, "checkpoint_s")
+        ckpt = agent.checkpoint_s
         if ckpt is not None:
             saving.append((r.rank, ckpt))
     if not ages:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gputop.core.model import Snapshot
 from gputop.diagnostics.findings import Finding, finding_key, order_findings
 from gputop.diagnostics.live.causes import ROOT_CAUSES, _group, evaluate_windows
 from gputop.diagnostics.live.common import WINDOW_S
 from gputop.diagnostics.live.windows import _Windows
-from gputop.model import Snapshot
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import time
 
+from gputop.core.format import safe_text
 from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live.hysteresis import Transition
-from gputop.format import safe_text
 
 
 def _place(f: Finding) -> str:

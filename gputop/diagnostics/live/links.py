@@ -3,15 +3,15 @@
 The driver reports the link's generation and width (``nvmlDeviceGetMaxPcieLinkGeneration`` /
 ``...Width``: the most the device *and the system* allow). Where a sample lacks them (an older
 driver, a recording made before gputop stored them) the board's own link is taken from its
-NVIDIA datasheet, by the model name NVML gives (``gputop.pcie.BOARDS``, each with its source).
+NVIDIA datasheet, by the model name NVML gives (``gputop.core.pcie.BOARDS``, each with its source).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputop.model import GpuSample
-from gputop.pcie import LANE, board_link, capacity_mbs
+from gputop.core.model import GpuSample
+from gputop.core.pcie import LANE, board_link, capacity_mbs
 
 
 @dataclass(frozen=True)

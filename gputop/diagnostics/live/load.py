@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gputop.core.model import GpuSample
 from gputop.diagnostics.live.common import agent_share, agent_steps, mean
-from gputop.model import GpuSample
 
 # A GPU "works" in a sample at half its capacity or more, and "idles" under 15 %: the two
 # ends of the saw-tooth a host that waits on the device makes at slow steps.

@@ -8,6 +8,7 @@ the caching allocator's first fill is not a leak) that rises steadily (R^2 >= 0.
 
 from __future__ import annotations
 
+from gputop.core.model import GpuSample
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live.common import (
@@ -20,7 +21,6 @@ from gputop.diagnostics.live.common import (
     mean,
 )
 from gputop.diagnostics.live.windows import _Context
-from gputop.model import GpuSample
 
 
 def rule_memory(ctx: _Context) -> list[Finding]:

@@ -1,4 +1,4 @@
-"""The live rules on MIG devices (issue 29): each MIG device is judged as a GPU of its own.
+"""The live rules on MIG devices: each MIG device is judged as a GPU of its own.
 
 A MIG device is isolated from the others (its own SMs, memory and bandwidth), so a leak, a
 full memory or processes sharing it concern that device, not the board: the rules see each
@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from gputop.core.mig_view import instance_gpu, instance_label
+from gputop.core.model import MigSample, Snapshot
 from gputop.diagnostics import live
 from gputop.diagnostics.findings import Finding, order_findings
-from gputop.mig_view import instance_gpu, instance_label
-from gputop.model import MigSample, Snapshot
 
 MIG_KEY_BASE = 1 << 20  # far above any GPU index: the rules' keys for MIG devices
 

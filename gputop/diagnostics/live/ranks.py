@@ -9,17 +9,17 @@ them each step) show it as a slower step time instead. Either way the rank that 
 the most time per step is named, with its GPU, as ``imbalance`` for the job; the same severity
 scale as every rule (share of the step lost: 5 % warning, 25 % critical).
 
-Pure: reads ``JobView`` (``gputop.job_groups``), no I/O.
+Pure: reads ``JobView`` (``gputop.core.job_groups``), no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from gputop.core.job_groups import JobView, RankView
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import WARNING_SHARE, Finding, severity_for
 from gputop.diagnostics.live.common import median
-from gputop.job_groups import JobView, RankView
 
 # The agent's figures describe its last steps; a rank needs a few timed steps before it is
 # compared (the first steps are start-up: compilation, allocator, cuDNN autotune).

@@ -8,12 +8,12 @@ step telemetry, where the ranks have agents, names the straggler instead (``live
 
 from __future__ import annotations
 
+from gputop.core.job_groups import jobs_in
+from gputop.core.model import ProcSample
 from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live.common import WINDOW_S, first_pid, gib, look_deeper, mean
 from gputop.diagnostics.live.ranks import rank_imbalance
 from gputop.diagnostics.live.windows import _Context
-from gputop.job_groups import jobs_in
-from gputop.model import ProcSample
 
 
 def rule_contention(ctx: _Context) -> list[Finding]:
@@ -51,7 +51,7 @@ def rule_imbalance(ctx: _Context) -> list[Finding]:
         if gpu.lost:
             continue
         for proc in gpu.processes:
-            job = (proc.agent or {}).get("job_id") or _parent_job(proc, ctx.own_pid)
+            job = (proc.agent.job_id if proc.agent else None) or _parent_job(proc, ctx.own_pid)
             jobs.setdefault(job, set()).add(gpu.index)
     out = []
     for job, indices in jobs.items():

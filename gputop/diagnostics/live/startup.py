@@ -19,8 +19,8 @@ first seen.
 
 from __future__ import annotations
 
+from gputop.core.model import ProcSample, Snapshot
 from gputop.diagnostics.live.common import WINDOW_S, WORKED_UTIL, agent_steps
-from gputop.model import ProcSample, Snapshot
 
 STARTUP_MAX_S = 30.0
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gputop.core.model import GpuSample, Snapshot
 from gputop.diagnostics.live.common import (
     HUNG_S,
     KEEP_S,
@@ -27,7 +28,6 @@ from gputop.diagnostics.live.common import (
 from gputop.diagnostics.live.hang import RankMemory
 from gputop.diagnostics.live.links import Link, gpu_link
 from gputop.diagnostics.live.startup import StartUp
-from gputop.model import GpuSample, Snapshot
 
 
 def _linear_fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
@@ -105,8 +105,8 @@ _NO_STEPS: Mapping[int, object] = MappingProxyType({})
 
 def _steps_by_pid(g: GpuSample) -> Mapping[int, object]:
     """The step count each of the GPU's processes' agents reported in this sample."""
-    steps = {p.pid: p.agent["steps"] for p in g.processes
-             if p.agent is not None and p.agent.get("steps") is not None}
+    steps = {p.pid: p.agent.steps for p in g.processes
+             if p.agent is not None and p.agent.steps is not None}
     return steps or _NO_STEPS
 
 

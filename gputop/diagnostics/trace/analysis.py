@@ -2,7 +2,7 @@
 
 ``analyze_trace(path)`` is the entry point used by ``gputop analyze`` and ``gputop capture``;
 ``compare_ranks(analyses)`` compares several ranks of one job. Loading lives in
-``trace_load``, metrics in ``trace_metrics``, rules in ``trace_rules``. Pure Python: no
+``loading/load.py``, metrics in ``trace_metrics``, rules in ``causes/rules.py``. Pure Python: no
 textual, pynvml or torch.
 """
 
@@ -22,10 +22,12 @@ from gputop.diagnostics.findings import (
     verdict,
 )
 from gputop.diagnostics.next_steps import app_of
-from gputop.diagnostics.trace.load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
-from gputop.diagnostics.trace.metrics import TraceMetrics, compute_metrics
+from gputop.diagnostics.trace.causes.roofline import roofline_findings
+from gputop.diagnostics.trace.causes.rules import healthy_summary, run_rules
+from gputop.diagnostics.trace.loading.load import DEFAULT_LIMITS, LoadLimits, TraceError, load_trace
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics, compute_metrics
+from gputop.diagnostics.trace.measuring.roofline import Roofline, build_roofline
 from gputop.diagnostics.trace.ranks import CrossRank, compare, split_communication
-from gputop.diagnostics.trace.rules import healthy_summary, run_rules
 
 __all__ = ["TraceAnalysis", "TraceError", "analyze_trace", "attach_findings", "compare_job",
            "compare_ranks"]
@@ -48,6 +50,8 @@ class TraceAnalysis:
     details: TraceMetrics | None = field(default=None, repr=False, compare=False)
     # Set when analysed with the other ranks of its job (``compare_job``).
     cross_rank: CrossRank | None = field(default=None, repr=False, compare=False)
+    # Per op and class: FLOPs, bytes, time and the fraction of the GPU's roof (``roofline``).
+    roofline: Roofline | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {
@@ -60,6 +64,7 @@ class TraceAnalysis:
             "not_assessed": list(self.not_assessed),
             "cut": list(self.cut),
             **({"cross_rank": self.cross_rank.to_json()} if self.cross_rank is not None else {}),
+            "roofline": self.roofline.to_json() if self.roofline is not None else None,
         }
 
 
@@ -91,14 +96,17 @@ def analyze_trace(
         with _gc_paused():
             data = load_trace(path, limits)
             tm = compute_metrics(data)
+            roof = build_roofline(data) if tm.gpu_present else None
             cut = list(data.cut)
             del data  # events are no longer needed; the metrics keep what the rules read
             if pid is not None:
                 tm.details["pid"] = pid
             if cmdline:
                 tm.details["app"] = app_of(cmdline)
-            findings = run_rules(tm)
-        return _analysis(os.fspath(path), tm, findings, cut)
+            findings = [*run_rules(tm), *roofline_findings(tm, roof)]
+        analysis = _analysis(os.fspath(path), tm, findings, cut)
+        analysis.roofline = roof
+        return analysis
     except TraceError:
         raise
     except MemoryError:
@@ -156,7 +164,7 @@ def jobs_among(analyses: Sequence[TraceAnalysis]) -> list[list[TraceAnalysis]]:
 
 
 def compare_job(analyses: Sequence[TraceAnalysis]) -> list[CrossRank]:
-    """Cross-rank analysis of every job among ``analyses`` (``trace_ranks``): per rank the wait
+    """Cross-rank analysis of every job among ``analyses`` (``diagnostics/trace/ranks.py``): per rank the wait
     inside collectives, the straggler and its own cause. The ``imbalance`` finding is attached
     to the straggler's analysis and every rank's ``communication`` finding gets its exposed
     time split into waiting for the late rank and bandwidth."""

@@ -26,10 +26,10 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
+from gputop.core.format import ms_h
 from gputop.diagnostics.findings import WARNING_SHARE, Finding, severity_for
-from gputop.diagnostics.trace.intervals import intersect, merge, total
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.intervals import intersect, merge, total
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
 
 # A rank counts as the straggler when it is the last to start most of the collective wait
 # (more than half of the weighted lateness; on two ranks, the later one by definition), and

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from rich.cells import cell_len, set_cell_size
 
-from gputop.format import mbs_h, num, pct
-from gputop.model import GpuSample
+from gputop.core.format import mbs_h, num, pct
+from gputop.core.model import GpuSample
 from gputop.tui.widgets.gauges import (
     bar,
+    field_style,
     level_style,
     mem_text,
     pcie_link_max_mbs,
@@ -164,7 +165,7 @@ def card_body(gpu: GpuSample, rows: Mapping[str, Sequence[str]], inner: int,
         block_height = max(2, block + (1 if n < extra else 0))
         head, frac = gauge_head(gpu, field)
         gauge = [(head, None), (bar(frac, GAUGE_WIDTH), "dim" if gpu.lost else
-                                level_style(frac))]
+                                field_style(field, frac))]
         chart = rows.get(field, ())
         for i in range(block_height):
             left = gauge[i] if i < 2 else (" " * GAUGE_WIDTH, None)
@@ -235,16 +236,20 @@ def compact_pieces(gpu: GpuSample, sparks: Mapping[str, str], width: int,
     if gpu.lost:
         return fit([*head, ("  LOST: the GPU fell off the bus", "error-bold")], width)
     fields = [
-        ("util_gpu", f" {pct(gpu.util_gpu):>4}", level_style(ratio(gpu.util_gpu, 100.0))),
+        ("util_gpu", f" {pct(gpu.util_gpu):>4}", field_style("util_gpu",
+                                                             ratio(gpu.util_gpu, 100.0))),
         ("mem_used", f" {mem_text(gpu):>10}", level_style(ratio(gpu.mem_used, gpu.mem_total))),
-        ("power_w", f" {power_text(gpu):>9}", level_style(ratio(gpu.power_w, gpu.power_limit_w))),
+        ("power_w", f" {power_text(gpu):>9}",
+         field_style("power_w", ratio(gpu.power_w, gpu.power_limit_w))),
         ("temp", f" {temp_text(gpu):>5}", level_style(ratio(gpu.temperature_c, 95.0), 0.8, 0.9)),
         ("pcie_rx_mbs", f" rx {mbs_h(gpu.pcie_rx_mbs):>5}", None),
     ]
-    short = {"sw_power_cap": "PWR", "hw_power_brake": "BRAKE", "sw_thermal": "THERM",
-             "hw_thermal": "HWTHERM", "hw_slowdown": "HWSLOW"}
+    # Words a newcomer reads: why the clocks are held down (the card says all of them).
+    short = {"sw_power_cap": "power cap", "hw_power_brake": "power brake",
+             "sw_thermal": "too hot", "hw_thermal": "too hot (HW)",
+             "hw_slowdown": "HW slowdown"}
     reasons = [short[e] for e in gpu.clock_events if e in short]
-    warn = (" ⚠" + reasons[0] + (f"+{len(reasons) - 1}" if len(reasons) > 1 else "")
+    warn = (" ⚠ slowed: " + reasons[0] + (f" +{len(reasons) - 1}" if len(reasons) > 1 else "")
             if reasons else "")
     used = 25 + cell_len(warn)
     pieces = list(head)

@@ -4,7 +4,7 @@ Built here rather than on plotext or the built-in Sparkline: the built-in one re
 data (a 3 % blip would fill it), and plotext-based widgets cost several times more per frame.
 Each braille cell holds 2x4 dots, so a chart w cells wide shows 2w time bins and 4h levels.
 
-Pure Python (the live monitor loads no numpy, issue 40): the bins the shared times fall in are
+Pure Python (the live monitor loads no numpy): the bins the shared times fall in are
 found once per frame and reused by every series over them, and a braille cell's column of
 characters comes from a table per height.
 """

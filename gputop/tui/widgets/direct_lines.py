@@ -94,7 +94,7 @@ class DirectLines(_Base):
     def render_lines(self, crop: Region) -> list[Strip]:
         # Textual keeps the regions passed to refresh() until Widget.render_line renders
         # them; these widgets render their own lines, so the set only grew: the GPU panel's
-        # changed spans, ~14 new regions a tick, without end (Textual 8; issue 40).
+        # changed spans, ~14 new regions a tick, without end (Textual 8).
         self._dirty_regions.clear()
         if not self._draws_itself():
             return super().render_lines(crop)

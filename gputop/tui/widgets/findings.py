@@ -27,9 +27,9 @@ from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gputop.core.format import safe_text
 from gputop.diagnostics.findings import finding_key
-from gputop.format import safe_text
-from gputop.tui.severity import SEVERITY_MARK
+from gputop.tui.view.severity import SEVERITY_MARK
 from gputop.tui.widgets.key_footer import KeyFooter
 from gputop.tui.widgets.scroll_range import set_virtual_size
 from gputop.tui.widgets.text_line import TextLine
@@ -181,6 +181,23 @@ def banner_text(findings: Sequence, width: int) -> Text:
     return text
 
 
+def _keep_places(ranked: list, shown: Mapping[tuple, int]) -> list:
+    """While the reader walks the list: the findings still active keep the order they are
+    shown in, and each new one goes in after the last that ranks before it (first, when it
+    ranks first): a list that reshuffles under the cursor sends ↓ back to a finding already
+    read."""
+    rank = {finding_key(f): n for n, f in enumerate(ranked)}
+    out = sorted((f for f in ranked if finding_key(f) in shown),
+                 key=lambda f: shown[finding_key(f)])
+    for f in ranked:
+        if finding_key(f) in shown:
+            continue
+        mine = rank[finding_key(f)]
+        before = [i for i, g in enumerate(out) if rank[finding_key(g)] < mine]
+        out.insert(before[-1] + 1 if before else 0, f)
+    return out
+
+
 class FindingsView(ScrollView, can_focus=True):
     """The list and the selected finding, through the line API: a tick whose findings did
     not change costs nothing, and a change repaints only this view."""
@@ -202,6 +219,9 @@ class FindingsView(ScrollView, can_focus=True):
         self.findings: list = []
         self.notes: dict[tuple, str] = {}
         self.selected = 0
+        # True once the reader picked a finding (keys, a click): it then stays selected while
+        # it is active. Until then the top finding is the selected one, whatever raises.
+        self.picked = False
         self._selected_key: tuple | None = None
         self.lines: list[Line] = []
         self._strips: dict[int, Strip] = {}
@@ -219,11 +239,15 @@ class FindingsView(ScrollView, can_focus=True):
         shown = {finding_key(f): n for n, f in enumerate(self.findings)}
         if len(shown) == len(findings) and all(finding_key(f) in shown for f in findings):
             findings.sort(key=lambda f: shown[finding_key(f)])
+        elif self.picked and shown:
+            findings = _keep_places(findings, shown)
         self.findings = findings
         if notes is not None:
             self.notes = dict(notes)
         keys = [finding_key(f) for f in self.findings]
-        if self._selected_key in keys:
+        if not self.picked:
+            self.selected = 0
+        elif self._selected_key in keys:
             self.selected = keys.index(self._selected_key)
         self.selected = max(0, min(self.selected, len(self.findings) - 1))
         self._selected_key = keys[self.selected] if keys else None
@@ -235,15 +259,22 @@ class FindingsView(ScrollView, can_focus=True):
 
     def action_select(self, step: int) -> None:
         if self.findings:
+            self.picked = True
             self.select(self.selected + step)
 
     def select(self, index: int) -> None:
+        """The reader picks finding ``index``: it stays selected while it is active."""
+        self.picked = True
         index = max(0, min(index, len(self.findings) - 1))
         if index != self.selected:
             self.selected = index
             self._selected_key = finding_key(self.findings[index])
             self._rebuild()
         self.show_selected()
+        # Again once Textual has laid out what the new detail changed (a scrollbar that
+        # appears, a new scroll range): scrolled before that, the end of a tall detail was
+        # clamped away and stayed below the view.
+        self.call_after_refresh(self.show_selected)
 
     def show_selected(self) -> None:
         """Scroll so the selected finding's detail is in view, with as much of the list
@@ -253,12 +284,19 @@ class FindingsView(ScrollView, can_focus=True):
         # detail taller than the view starts at its top (its severity, id and title), the rest
         # a scroll away: the end alone said neither what the finding is nor what it is about.
         detail = len(self.findings) + 1 if self.findings else 0
-        self.scroll_to(y=max(0, min(len(self.lines) - height, detail)), animate=False,
-                       immediate=True)
+        total = len(self.lines)
+        if total - self.selected <= height:
+            # The selected line, the list after it and the whole detail fit: the list ends
+            # on the detail's last line (all of it when everything fits).
+            y = max(0, total - height)
+        else:
+            y = min(total - height, detail)
+        self.scroll_to(y=max(0, y), animate=False, immediate=True)
 
     def on_click(self, event: events.Click) -> None:
         index = self.scroll_offset.y + event.y
         if 0 <= index < len(self.findings):
+            self.picked = True
             self.select(index)
 
     def on_resize(self) -> None:
@@ -296,6 +334,7 @@ class FindingsView(ScrollView, can_focus=True):
         self.lines = lines
         if grown:  # a finding raised or cleared, or the detail rewrapped: keep it in view
             self.show_selected()
+            self.call_after_refresh(self.show_selected)
         self.refresh()
 
     def _style_map(self) -> dict[str | None, Style]:

@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gputop.tui.fleet_rows import FleetRow
+from gputop.tui.view.fleet_rows import FleetRow
 
 _CURSOR = Style(reverse=True)
 

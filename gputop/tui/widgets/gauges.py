@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gputop.format import bytes_h, mbs_h, num, pct
-from gputop.model import GpuSample
-from gputop.pcie import capacity_mbs
+from gputop.core.format import bytes_h, mbs_h, num, pct
+from gputop.core.model import GpuSample
+from gputop.core.pcie import capacity_mbs
 
 _PARTIAL = " ▏▎▍▌▋▊▉"
 # NVML clock-event reasons that hold the clock down, with the words shown for them.
@@ -40,6 +40,19 @@ def level_style(fraction: float | None, warn: float = 0.8, crit: float = 0.95) -
     if fraction >= warn:
         return "yellow"
     return "green"
+
+
+# Gauges of work done: a GPU near 100 % busy, near its power limit or its link's rate is
+# healthy and working. They are drawn in one colour ("busy") at every level; red and yellow
+# are kept for what is a problem near its limit (memory, temperature) and for findings.
+BUSY_FIELDS = frozenset({"util_gpu", "power_w", "pcie_rx_mbs"})
+
+
+def field_style(field: str, fraction: float | None) -> str:
+    """The gauge style of a card's or compact row's ``field``."""
+    if fraction is None:
+        return "dim"
+    return "busy" if field in BUSY_FIELDS else level_style(fraction)
 
 
 def ratio(value: float | None, limit: float | None) -> float | None:
@@ -96,5 +109,5 @@ def gauge_line(label: str, value: str, fraction: float | None, width: int,
     return text
 
 
-__all__ = ["bar", "gauge_line", "level_style", "mem_text", "pct", "pcie_link_max_mbs",
+__all__ = ["BUSY_FIELDS", "bar", "field_style", "gauge_line", "level_style", "mem_text", "pct", "pcie_link_max_mbs",
            "pcie_text", "power_text", "ratio", "short_name", "temp_text", "throttle_reasons"]

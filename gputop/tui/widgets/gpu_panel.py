@@ -16,9 +16,9 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gputop.model import GpuSample
-from gputop.tui.frames import Points
-from gputop.tui.layout import Plan
+from gputop.core.model import GpuSample
+from gputop.tui.view.frames import Points
+from gputop.tui.view.layout import Plan
 from gputop.tui.widgets.cards import (
     CHART_FIELDS,
     Line,
@@ -36,7 +36,7 @@ _NO_DOTS = chr(0x2800)
 # Roles of cards.py that are plain Rich styles (the rest come from the theme).
 _PLAIN = {"green": "green", "yellow": "yellow", "red": "red", "dim": "dim", "bold": "bold",
           "title": "bold", "warning-bold": "bold yellow", "error-bold": "bold red",
-          "spark": "cyan"}
+          "spark": "cyan", "busy": "cyan"}
 
 
 def split_width(width: int, columns: int) -> list[int]:

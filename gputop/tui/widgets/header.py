@@ -10,8 +10,8 @@ import time
 
 from rich.text import Text
 
-from gputop.model import Snapshot
-from gputop.tui.frames import WINDOW_NAMES
+from gputop.core.model import Snapshot
+from gputop.tui.view.frames import WINDOW_NAMES
 from gputop.tui.widgets.text_line import StripWidget
 
 SHORT_WINDOW = {60.0: "1m", 600.0: "10m", 3600.0: "1h", None: "run"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gputop.format import bytes_h, num, pct, rate_h
-from gputop.model import HostSample
+from gputop.core.format import bytes_h, num, pct, rate_h
+from gputop.core.model import HostSample
 from gputop.tui.widgets.gauges import bar, level_style, ratio
 from gputop.tui.widgets.text_line import StripWidget
 

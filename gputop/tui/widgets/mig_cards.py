@@ -1,5 +1,5 @@
 """The card of a MIG-enabled GPU: its MIG devices, one line each, instead of the charts
-(issue 29). Pure, as ``cards.py``: lines of (text, role) pieces, exactly the card's width.
+. Pure, as ``cards.py``: lines of (text, role) pieces, exactly the card's width.
 
 NVML reports no utilization for a GPU in MIG mode nor for its MIG devices, so the card shows
 no utilization chart; each MIG device shows its memory and the SM activity GPM measures for
@@ -8,8 +8,8 @@ its GPU instance (Hopper and later), or "n/a" where GPM is missing: never 0 %.
 
 from __future__ import annotations
 
-from gputop.format import bytes_h, pct
-from gputop.model import GpuSample, MigSample
+from gputop.core.format import bytes_h, pct
+from gputop.core.model import GpuSample, MigSample
 from gputop.tui.widgets.gauges import bar, level_style, ratio
 
 Piece = tuple[str, str | None]

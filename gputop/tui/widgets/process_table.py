@@ -22,13 +22,15 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gputop.model import Snapshot
-from gputop.tui.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
+from gputop.core.model import Snapshot
+from gputop.tui.view.rows import COLUMNS, DESCENDING, SORTS, Row, build_rows
 from gputop.tui.widgets.direct_lines import DirectLines
 from gputop.tui.widgets.scroll_range import set_virtual_size
 
 _RIGHT = {key for key, _, _, right in COLUMNS if right}
 CURSOR_MARK = "›"
+TAG_MARK = "*"  # a tagged row (space): k signals every tagged process
+TAGGED_CURSOR_MARK = "»"
 VALUES_PERIOD = 1.9  # seconds of snapshot time between redraws of numbers alone
 COMMAND_MIN = 12
 FIXED_WIDTH = sum((w or 0) + 1 for _, _, w, _ in COLUMNS)  # every column but the command
@@ -63,9 +65,9 @@ def _structure(snapshot: Snapshot) -> tuple:
     """What the order of rows sorted by GPU or pid depends on: the processes on each GPU,
     their parents and workers, and the job and rank their agents report."""
     def proc(p) -> tuple:
-        agent = p.agent or {}
-        job = (agent.get("job_id"), agent.get("rank"), agent.get("local_rank"),
-               agent.get("world_size"), agent.get("local_world_size")) if agent else None
+        a = p.agent
+        job = (a.job_id, a.rank, a.local_rank, a.world_size, a.local_world_size) \
+            if a is not None else None
         return p.pid, p.ppid, tuple(w.pid for w in p.workers), job
 
     return (tuple((g.index, tuple(proc(p) for p in g.processes)) for g in snapshot.gpus),
@@ -105,6 +107,8 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         self.reverse = False
         self.tree_view = True
         self.needle = ""
+        self.everyone = False  # key a: processes on no GPU that are no GPU job's too
+        self.tagged: set[str] = set()  # row keys tagged with space
         self.snapshot: Snapshot | None = None
         self.rows_by_key: dict[str, Row] = {}
         self.order: list[str] = []  # row keys in display order
@@ -178,6 +182,30 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         self.refresh_rows()
         return self.tree_view
 
+    def toggle_tag(self, keys: list[str] | None = None) -> int:
+        """Tag the selected row (or ``keys``), or untag it when it is tagged; the number of
+        tagged rows."""
+        if keys is None:
+            row = self.selected_row()
+            keys = [row.key] if row is not None else []
+        if keys and all(k in self.tagged for k in keys):
+            self.tagged -= set(keys)
+        else:
+            self.tagged |= set(keys)
+        for key in keys:
+            if key in self.rows_by_key:
+                self._refresh_row(self.order.index(key))
+        return len(self.tagged)
+
+    def tagged_rows(self) -> list[Row]:
+        """The tagged rows still shown, in display order."""
+        return [self.rows_by_key[k] for k in self.order if k in self.tagged]
+
+    def toggle_everyone(self) -> bool:
+        self.everyone = not self.everyone
+        self.refresh_rows()
+        return self.everyone
+
     def set_filter(self, needle: str) -> None:
         self.needle = needle
         self.refresh_rows()
@@ -210,7 +238,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         if structure is not None and structure == self._structure:
             return True
         rows = build_rows(snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
-                          self.marks)
+                          self.marks, self.everyone)
         same = [r.key for r in rows] == self.order
         if same and structure is not None:
             self._structure = structure  # the same rows: not built again next tick
@@ -220,12 +248,13 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         if self.snapshot is None:
             return
         rows = build_rows(self.snapshot, self.sort_key, self.reverse, self.tree_view, self.needle,
-                          self.marks)
+                          self.marks, self.everyone)
         self._fit_values(rows)
         self._structure = _structure(self.snapshot)
         selected = self.selected_row()
         order = [r.key for r in rows]
         self.rows_by_key = {r.key: r for r in rows}
+        self.tagged &= set(self.rows_by_key)  # a process that ended is no longer tagged
         if order != self.order:
             self.order = order
             if selected is not None and selected.key in self.rows_by_key:
@@ -235,6 +264,7 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
             self._strips = {}
             self._set_virtual_size()
             self.refresh()
+            self.call_after_refresh(self._scroll_to_cursor)  # the selection stays in view
             return
         regions = []  # one refresh for them all: each call walks up to the screen
         for index, key in enumerate(order):
@@ -270,6 +300,8 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
     def on_resize(self) -> None:
         self._layout()
         self._set_virtual_size()
+        # The selected row stays on screen whatever the new size (k and Enter act on it).
+        self.call_after_refresh(self._scroll_to_cursor)
 
     def _set_virtual_size(self) -> None:
         """Rows and the header, but never less than the view: a new virtual size lays out the
@@ -286,7 +318,11 @@ class ProcessTable(DirectLines, ScrollView, can_focus=True):
         values = []
         for key, _, _, _ in COLUMNS:
             if key == "mark":
-                values.append(CURSOR_MARK if index == self.cursor else "")
+                tagged = row.key in self.tagged
+                if index == self.cursor:
+                    values.append(TAGGED_CURSOR_MARK if tagged else CURSOR_MARK)
+                else:
+                    values.append(TAG_MARK if tagged else "")
             else:
                 values.append(row.cells.get(key, ""))
         return values

@@ -3,7 +3,7 @@
 Textual lays the whole screen out for any new ``virtual_size`` (its reactive is declared
 ``layout=True``): ~5 ms of CPU at 160x50. The findings panel's text rewraps as its numbers move
 and the process table's rows come and go, so on the tour that was a layout every ~3 s, about a
-tenth of the monitor's CPU (issue 40). Where only the scroll range changes, nothing on screen
+tenth of the monitor's CPU. Where only the scroll range changes, nothing on screen
 moves but the scrollbar's thumb: the size is set quietly and the scrollbar repainted.
 """
 

@@ -104,3 +104,34 @@ class TextLine(StripWidget):
 
     def set_text(self, text: Text | str) -> None:
         self.show_text(Text(text) if isinstance(text, str) else text)
+
+
+class WrappedText(StripWidget):
+    """A text folded onto the lines its width needs, at most ``max_lines`` (the last ends
+    with an ellipsis when more would be needed): a whole command line, say."""
+
+    DEFAULT_CSS = """
+    WrappedText { height: auto; }
+    """
+
+    def __init__(self, max_lines: int = 4, *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.max_lines = max_lines
+        self._source = Text()
+
+    def set_text(self, text: Text) -> None:
+        if text != self._source:
+            self._source = text
+            self.rebuild()
+
+    def rebuild(self) -> None:
+        left, right = self.direct_padding() if self.is_mounted else (0, 0)
+        width = max(10, (self.size.width or self.app.size.width) - left - right)
+        lines = list(self._source.wrap(self.app.console, width, overflow="fold"))
+        if len(lines) > self.max_lines:
+            lines = lines[:self.max_lines]
+            last = lines[-1]
+            last.truncate(width - 1)
+            last.append("…")
+        self.show_text(Text("\n").join(lines))

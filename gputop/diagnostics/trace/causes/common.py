@@ -4,10 +4,10 @@ the judged window, and the phrasing of profiler next steps.
 
 from __future__ import annotations
 
+from gputop.core.format import ms_h
 from gputop.diagnostics import next_steps as ns
-from gputop.diagnostics.trace.kernels import kernel_base_name
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.kernels import kernel_base_name
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
 
 # Share of the window a finding costs -> severity: findings.WARNING_SHARE, CRITICAL_SHARE.
 # Below 1% of the step time a cause is not worth a line, even as information.

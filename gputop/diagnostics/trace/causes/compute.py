@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from gputop.core.format import ms_h
 from gputop.diagnostics.findings import (
     Finding,
 )
@@ -15,9 +16,8 @@ from gputop.diagnostics.trace.causes.common import (
     percent,
     share_of,
 )
-from gputop.diagnostics.trace.kernels import short_kernel_name
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.kernels import short_kernel_name
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
 
 
 def no_tensor_cores(m: TraceMetrics) -> list[Finding]:

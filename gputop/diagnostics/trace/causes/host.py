@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from gputop.core.format import ms_h
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import (
     CRITICAL_SHARE,
@@ -27,8 +28,7 @@ from gputop.diagnostics.trace.causes.common import (
     vendor_profile,
     window_phrase,
 )
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
 
 
 def host_sync(m: TraceMetrics) -> list[Finding]:

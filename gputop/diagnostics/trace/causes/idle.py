@@ -4,6 +4,7 @@ for) and long gaps between kernels.
 
 from __future__ import annotations
 
+from gputop.core.format import ms_h
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import (
     WARNING_SHARE,
@@ -22,10 +23,9 @@ from gputop.diagnostics.trace.causes.common import (
     vendor_profile,
     window_phrase,
 )
-from gputop.diagnostics.trace.intervals import intersect, total
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.diagnostics.trace.queued import queued_label
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.intervals import intersect, total
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
+from gputop.diagnostics.trace.measuring.queued import queued_label
 
 
 def _host_work_ms(m: TraceMetrics, inside_long_gaps: bool) -> float:
@@ -129,7 +129,7 @@ _QUEUED_FIX = {
 
 
 def queued_reasons(m: TraceMetrics) -> list[tuple[str, str, float]]:
-    """(reason, its words, ms) of queued idle, largest first (``trace_queued``)."""
+    """(reason, its words, ms) of queued idle, largest first (``measuring/queued.py``)."""
     rows = m.values.get("idle_attribution", {}).get("queued", {}).get("waits_for", [])
     return [(row["reason"], row["label"], row["ms"]) for row in rows]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from gputop.core.format import ms_h
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import (
     WARNING_SHARE,
@@ -19,8 +20,7 @@ from gputop.diagnostics.trace.causes.common import (
     training_app,
     window_phrase,
 )
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
 
 
 def dataloader_stall(m: TraceMetrics) -> list[Finding]:

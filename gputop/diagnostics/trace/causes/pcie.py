@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+from gputop.core.format import ms_h
 from gputop.diagnostics import next_steps as ns
 from gputop.diagnostics.findings import (
     WARNING_SHARE,
     Finding,
     severity_for,
 )
-from gputop.diagnostics.trace.busy import HOST_COPIES, copy_text, size_text
 from gputop.diagnostics.trace.causes.common import (
     INFO_SHARE,
     cost_of,
@@ -20,8 +20,8 @@ from gputop.diagnostics.trace.causes.common import (
     vendor_profile,
     window_phrase,
 )
-from gputop.diagnostics.trace.metrics import TraceMetrics
-from gputop.format import ms_h
+from gputop.diagnostics.trace.measuring.busy import HOST_COPIES, copy_text, size_text
+from gputop.diagnostics.trace.measuring.metrics import TraceMetrics
 
 
 def pageable_memcpy(m: TraceMetrics) -> list[Finding]:
