@@ -37,6 +37,8 @@ from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any
 
+from gputop.core.guard_change import change, resumed
+
 RECENT_S = 600.0  # events kept for the monitor's windows (its rules look at 5 minutes)
 MAX_EVENTS = 48  # recompile / fallback events in a reply
 MAX_FUNCTIONS = 16
@@ -48,18 +50,6 @@ _SEEN = 1024
 _OWN = str(Path(__file__).resolve().parent) + "/"  # gputop/agent/
 _TORCH = "/torch/"  # a frame in torch's own files (a path holds it: site-packages/torch/...)  # compile metrics already read (keys), to take each once
 
-_RESUME = re.compile(r"torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
-_SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<dim>\d+)\. "
-                   r"expected (?P<old>\d+), actual (?P<new>\d+)")
-_STRIDE = re.compile(r"tensor '(?P<name>.+?)' stride mismatch at index (?P<dim>\d+)\. "
-                     r"expected (?P<old>\d+), actual (?P<new>\d+)")
-_DTYPE = re.compile(r"tensor '(?P<name>.+?)' (?P<what>dtype|device|requires_grad|"
-                    r"dispatch key set) mismatch")
-_ZERO_ONE = re.compile(r"^2 <= (?P<name>[\w.\[\]'\"]+?)\.size\(\)\[(?P<dim>\d+)\]")
-# A Python value dynamo made a constant: "___stack0 == 1.79  # h = h / (scale + 1.0)  #
-# i41/tests/scripts/compile_jobs.py:50 in torch_dynamo_resume_in_forward_at_49"
-_VALUE = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>[-+\w.]+)\s+# (?P<code>.*?)\s+# "
-                    r"(?P<where>\S+:\d+)")
 _LIMIT = re.compile(r"recompile.?limit|cache.?size.?limit", re.IGNORECASE)
 
 
@@ -78,26 +68,7 @@ def _frame_of(compile_id: Any) -> tuple[str, int] | None:
 
 def describe_change(reason: str) -> str:
     """The guard failure in a user's words: "size of `x` dim 0 changed 32 -> 17"."""
-    body = reason.split(": ", 1)[1] if re.match(r"^\S+/\d+: ", reason) else reason
-    for pattern, what in ((_SIZE, "size"), (_STRIDE, "stride")):
-        m = pattern.search(body)
-        if m:
-            return (f"{what} of `{m['name']}` dim {m['dim']} changed {m['old']} -> {m['new']}"
-                    + (" (a smaller batch: the last of an epoch?)"
-                       if what == "size" and m["dim"] == "0" and int(m["new"]) < int(m["old"])
-                       else ""))
-    m = _DTYPE.search(body)
-    if m:
-        return f"{m['what']} of `{m['name']}` changed"
-    m = _VALUE.search(body)
-    if m:
-        name = m["name"] if not m["name"].startswith("___") else "a Python value"
-        return (f"{name} used in `{m['code'].strip()[:80]}` ({m['where'].rsplit('/', 1)[-1]}) "
-                f"was {m['value']}, a constant of the graph, and changed")
-    m = _ZERO_ONE.search(body)
-    if m:
-        return f"size of `{m['name']}` dim {m['dim']} became 0 or 1 (specialised apart)"
-    return _text(body)
+    return str(change(reason)["text"])
 
 
 class CompileWatch:
@@ -393,9 +364,9 @@ def _where(info: dict[str, Any]) -> dict[str, Any]:
     if _TORCH in str(info.get("file") or ""):
         # torch.compile(module) compiles torch's own wrapper of the module's call
         name = f"{name} (torch's call of a compiled nn.Module)"
-    m = _RESUME.match(name)
-    if m:
-        name = f"{m['name']} (after line {m['line']})"
+    found = resumed(name)
+    if found:
+        name = f"{found[0]} (after line {found[1]})"
     return {"function": name, "file": info.get("file"), "line": info.get("line")}
 
 

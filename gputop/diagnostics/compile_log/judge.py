@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.diagnostics.compile_log.guards import root_function
+from gputop.core.guard_change import root_function
 from gputop.diagnostics.compile_log.parse import Compile, RankLog
 from gputop.diagnostics.findings import SEVERITY_RANK, Finding, verdict
 from gputop.diagnostics.live.compile import _explain_break, _recompile_fix

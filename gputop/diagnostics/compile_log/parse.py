@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.diagnostics.compile_log.guards import change, clean, root_function
+from gputop.core.guard_change import change, clean, root_function
 from gputop.diagnostics.compile_log.read import ReadStats, Record, records
 
 MAX_COMPILES = 20_000

@@ -6,7 +6,7 @@ import os
 import textwrap
 from typing import Any
 
-from gputop.diagnostics.compile_log.guards import root_function
+from gputop.core.guard_change import root_function
 from gputop.diagnostics.compile_log.judge import JobFinding, job_verdict, judge, place
 from gputop.diagnostics.compile_log.parse import RankLog
 

@@ -1,7 +1,8 @@
-"""A failed guard in a user's words, and the names of frames dynamo made.
+"""A failed torch.compile guard in a user's words, and the names of frames dynamo made.
 
-The same words as the agent's live view (``gputop/agent/compile_watch.py``, which the monitor
-side may not import): "size of `x` dim 0 changed 32 -> 17".
+One copy for both sides: the agent's live view (``gputop/agent/compile_watch.py``) and the
+TORCH_TRACE log reader (``gputop/diagnostics/compile_log``) say the same words, "size of `x`
+dim 0 changed 32 -> 17". The patterns are bounded: a log is untrusted input.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ _SIZE = re.compile(r"tensor '(?P<name>[^']{1,200})' (?P<what>size|stride) mismat
 _DTYPE = re.compile(r"tensor '(?P<name>[^']{1,200})' (?P<what>dtype|device|requires_grad|"
                     r"dispatch key set) mismatch")
 _ZERO_ONE = re.compile(r"^2 <= (?P<name>[\w.\[\]'\"]{1,200}?)\.size\(\)\[(?P<dim>\d{1,6})\]")
+# A Python value dynamo made a constant: "___stack0 == 1.79  # h = h / (scale + 1.0)  #
+# tests/scripts/compile_jobs.py:50 in torch_dynamo_resume_in_forward_at_49"
 _VALUE = re.compile(r"^(?P<name>[\w.\[\]'\"]{1,200}) == (?P<value>[-+\w.]{1,60})\s+# "
                     r"(?P<code>.{0,300}?)\s+# (?P<where>\S{1,300}:\d{1,7})")
 _RESUME = re.compile(r"torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
@@ -55,8 +58,14 @@ def change(reason: str) -> dict[str, object]:
     return {"text": clean(body), "kind": "other"}
 
 
-def root_function(name: str) -> str:
-    """The user function a resume function belongs to ("torch_dynamo_resume_in_forward_at_8"
-    is the rest of ``forward`` after its graph break at line 8)."""
+def resumed(name: str) -> tuple[str, int] | None:
+    """(function, line) of a resume function ("torch_dynamo_resume_in_forward_at_8" is the rest
+    of ``forward`` after its graph break at line 8); None for any other name."""
     m = _RESUME.match(name)
-    return m["name"] if m else name
+    return (m["name"], int(m["line"])) if m else None
+
+
+def root_function(name: str) -> str:
+    """The user function a resume function belongs to, else the name itself."""
+    found = resumed(name)
+    return found[0] if found else name
