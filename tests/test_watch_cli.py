@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -77,14 +78,15 @@ def watch():
         w.reader.join(SLOW)
 
 
-@pytest.mark.timeout(4 * SLOW + HEALTHY_S)
+@pytest.mark.timeout(6 * SLOW + TOUR_S)
 def test_each_scenario_raises_its_finding_and_healthy_raises_nothing(watch):
     # Until Ctrl-C: each runs until its finding is in. (How soon after the start each finding
     # raises is measured by benchmarks/bench_findings.py, not asserted: a loaded machine is
     # slower, not wrong.)
     watches = {name: watch(name) for name in EXPECTED}
     healthy = watch("healthy", HEALTHY_S)
-    tour = watch("tour", TOUR_S)
+    tour = watch("tour")  # until Ctrl-C: TOUR_S at least, then until each GPU's cause is in
+    tour_started = time.monotonic()
 
     def all_raised() -> bool:
         return all(w.raised(EXPECTED[n]) or w.proc.poll() is not None for n, w in watches.items())
@@ -109,15 +111,30 @@ def test_each_scenario_raises_its_finding_and_healthy_raises_nothing(watch):
     healthy.reader.join(SLOW)
     assert healthy.events == []
     assert "Traceback" not in healthy.proc.stderr.read()
-    assert tour.proc.wait(TOUR_S + SLOW) == 0
+    # On a busy host the niced compiled job reaches its recompile later: wait for it (a
+    # loaded machine is slower, not wrong), never less than TOUR_S (the lost GPU, start-up).
+    try:
+        wait_for(lambda: time.monotonic() - tour_started >= TOUR_S
+                 and all(tour_raised(tour.events).get(g) == ids for g, ids in TOUR.items()),
+                 timeout=TOUR_S + 2 * SLOW, interval=0.5)
+    except AssertionError:
+        pass  # the assertion below says what is missing
+    tour.proc.send_signal(signal.SIGINT)
+    assert tour.proc.wait(SLOW) == 130, tour.proc.stderr.read()
     tour.reader.join(SLOW)
     assert_one_root_cause_per_gpu(tour.events)
-    raised: dict[int, set[str]] = {}
-    for e in tour.events:
-        if e["state"] == "raised" and e["gpu"] is not None:
-            raised.setdefault(e["gpu"], set()).update(causes([e], TOUR.get(e["gpu"], set())))
+    raised = tour_raised(tour.events)
     for gpu, ids in TOUR.items():
         assert raised.get(gpu) == ids, (gpu, raised)
+
+
+def tour_raised(events: list[dict]) -> dict[int, set[str]]:
+    """The causes raised on each of the tour's GPUs so far."""
+    raised: dict[int, set[str]] = {}
+    for e in list(events):
+        if e["state"] == "raised" and e["gpu"] is not None:
+            raised.setdefault(e["gpu"], set()).update(causes([e], TOUR.get(e["gpu"], set())))
+    return raised
 
 
 def assert_one_root_cause_per_gpu(events: list[dict]) -> None:
