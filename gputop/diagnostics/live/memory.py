@@ -45,14 +45,14 @@ def rule_memory(ctx: _Context) -> list[Finding]:
             ))
     for index, gpus in ctx.per_gpu():
         fit = ctx.gpus[index].memory
-        points = fit.points
-        if len(points) < 8:
+        n = len(fit)
+        if n < 8:
             continue
         # Each sample stands for its interval: n samples cover n intervals, not n - 1.
-        covered = (points[-1][0] - points[0][0]) * len(points) / (len(points) - 1)
+        covered = (fit.times[-1] - fit.times[0]) * n / (n - 1)
         if covered < MEMORY_MIN_S:
             continue
-        ts, ys = (points[0][0], points[-1][0]), (points[0][2], points[-1][2])
+        ts, ys = (fit.times[0], fit.times[-1]), (fit.values[0], fit.values[-1])
         slope, r2 = fit.fit()
         total = gpus[-1].mem_total or 0
         rise = ys[-1] - ys[0]
