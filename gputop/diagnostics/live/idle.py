@@ -9,7 +9,6 @@ no step progress (when an agent counts steps).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 
 from gputop.diagnostics import next_steps as ns
@@ -53,7 +52,7 @@ def rule_gpu_idle(ctx: _Context) -> list[Finding]:
     return out
 
 
-def _steps_in(samples: deque[tuple[float, Mapping[int, object]]], pid: int
+def _steps_in(samples: list[tuple[float, Mapping[int, object]]], pid: int
               ) -> tuple[object, object] | None:
     """The agent's step counts of ``pid`` at the start and at the end of ``samples`` (the
     first and the last reported), found from both ends: no walk over a busy minute."""

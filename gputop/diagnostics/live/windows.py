@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 import os
 from array import array
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
+from typing import Any
 
 from gputop.core.model import GpuSample, Snapshot
 from gputop.diagnostics.live.common import (
@@ -121,14 +124,14 @@ class _RunningFit:
         return slope, (sxy / sxx) * (sxy / syy) if syy > 0 else 0.0
 
 
-def _drop_before(samples: list, oldest: float) -> None:
-    """Drop the (time, ...) entries before ``oldest`` from the front of a list kept in time
-    order (a list, not a deque: a deque costs ~760 bytes empty, one per GPU and window)."""
-    drop = 0
-    while drop < len(samples) and samples[drop][0] < oldest:
-        drop += 1
-    if drop:
-        del samples[:drop]
+def _drop_before(items: list, oldest: float, key: Callable[[Any], float] | None = None) -> None:
+    """Drop the entries before ``oldest`` from the front of a list kept in time order (a list,
+    not a deque: a deque costs ~760 bytes empty, one per GPU and window)."""
+    del items[:bisect_left(items, oldest, key=key)]
+
+
+_first = itemgetter(0)
+_snapshot_time = attrgetter("time")
 
 
 _NO_STEPS: Mapping[int, object] = MappingProxyType({})
@@ -166,8 +169,8 @@ class _GpuWindows:
             self.memory.add(t, int(g.mem_used))
 
     def trim(self, now: float) -> None:
-        _drop_before(self.window, now - WINDOW_S)
-        _drop_before(self.hang, now - HUNG_S)
+        _drop_before(self.window, now - WINDOW_S, _first)
+        _drop_before(self.hang, now - HUNG_S, _first)
         self.memory.trim(now - MEMORY_WINDOW_S)
 
 
@@ -198,15 +201,8 @@ class _Windows:
             if state is None:
                 state = self.gpus[g.index] = _GpuWindows(now)
             state.add(now, g)
-        snapshots, times = self.snapshots, self.times
-        drop = 0
-        while drop < len(snapshots) and snapshots[drop].time < now - WINDOW_S:
-            drop += 1
-        del snapshots[:drop]
-        drop = 0
-        while drop < len(times) and times[drop] < now - KEEP_S:
-            drop += 1
-        del times[:drop]
+        _drop_before(self.snapshots, now - WINDOW_S, _snapshot_time)
+        _drop_before(self.times, now - KEEP_S)
         for state in self.gpus.values():
             state.trim(now)
 
