@@ -265,9 +265,9 @@ def measure(nodes: int, url: str, end: float, refreshes: int, dcgm_only: bool = 
 
         asked: list[str] = []
 
-        def get(self, path, params=None, *args, **kwargs):
+        def _body(self, path, params, *args, **kwargs):
             self.asked.append(f"{self.base}{path}?{urllib.parse.urlencode(params or {})}")
-            return super().get(path, params, *args, **kwargs)
+            return super()._body(path, params, *args, **kwargs)
 
     offset = {"s": 0.0}
     base = time.time()

@@ -109,7 +109,7 @@ def test_label_values_from_the_store_are_escaped(server):
     ref = data.gpus[("n:1", 0)]
     assert "\x1b" not in ref.host and "\u202e" not in ref.host and "\\x1b" in ref.host
     assert ref.labels["hpc_job"] == "7\\x07"
-    assert data.series[("n:1", 0)]["util_gpu"] == [(1.0, 5.0)]
+    assert data.series.points(("n:1", 0), "util_gpu") == [(1.0, 5.0)]
 
 
 def test_not_json_and_down_are_one_line(server):
@@ -146,3 +146,47 @@ def test_promfleet_never_imports_textual():
                           env=cli_env(), cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def matrix(result: list) -> bytes:
+    return json.dumps({"status": "success",
+                       "data": {"resultType": "matrix", "result": result}}).encode()
+
+
+def test_range_answers_are_read_onto_the_grid_and_bad_ones_refused(server):
+    """A range answer goes into the columns series by series: samples on the query's grid,
+    NaN and off-grid samples left out, the dcgm total made of used + free; a matrix of the
+    wrong shape is one line."""
+    labels = {"instance": "n:1", "gpu": "0", "Hostname": "node-a"}
+
+    def answer_for(path: str) -> bytes:
+        if path.startswith("/api/v1/query_range"):
+            if "FB_USED" in path or "MEMORY_USED" in path:
+                return matrix([{"metric": {"instance": "n:1", "gpu": "0"},
+                                "values": [[0, "1048576"], [10, "2097152"]]}])
+            if "FB_FREE" in path or "MEMORY_FREE" in path:
+                return matrix([{"metric": {"instance": "n:1", "gpu": "0"},
+                                "values": [[10, "1048576"]]}])
+            if "GPU_UTIL" in path:
+                return matrix([{"metric": {"instance": "n:1", "gpu": "0"},
+                                "values": [[0, "5"], [5, "NaN"], [7.5, "9"], [10, "+Inf"]]}])
+            return matrix([])
+        return vector([{"metric": labels, "value": [10, "1"]}])
+
+    data = fetch(PromClient(server(answer_for).url), 0, 10, 5)
+    key = ("n:1", 0)
+    assert data.series.times() == [0.0, 5.0, 10.0]
+    assert data.series.points(key, "util_gpu") == [(0.0, 5.0)]  # NaN, Inf, off the grid: out
+    assert data.series.points(key, "mem_used") == [(0.0, 1048576.0), (10.0, 2097152.0)]
+    assert data.series.points(key, "mem_total") == [(10.0, 3145728.0)]
+    assert data.series.last(key, "mem_used") == 2097152.0
+    assert data.series.last(("n:9", 0), "mem_used") is None
+
+    for bad in (matrix([{"metric": {"instance": 7, "gpu": "0"}, "values": []}]),
+                json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                          "result": []}}).encode()):
+        with pytest.raises(PromError, match="the q query: not a matrix answer"):
+            PromClient(server(bad).url).query_range_series("up", 0, 10, 5, what="the q query")
+    pairs = PromClient(server(matrix([{"metric": {}, "values": [["x"]]}])).url)
+    with pytest.raises(PromError, match=r'not \[time, "value"\] pairs'):
+        pairs.query_range_series("up", 0, 10, 5)[0].points()

@@ -41,6 +41,44 @@ TIMEOUT_S = 10.0
 _decode = msgspec.json.Decoder().decode  # ~3x json.loads on a 10 MB answer
 
 
+class SeriesLabels(msgspec.Struct):
+    """The labels a fleet's range query keeps (it aggregates to these); others are dropped."""
+
+    instance: str = ""
+    gpu: str = ""
+    name: str = msgspec.field(default="", name="__name__")
+
+
+class RangeSeries(msgspec.Struct):
+    """One series of a matrix answer, its samples left as JSON text: they are read one
+    series at a time (``points``), so an 80,000-GPU answer never becomes a tree of Python
+    lists (~1 KB a series) all at once."""
+
+    metric: SeriesLabels = msgspec.field(default_factory=SeriesLabels)
+    values: msgspec.Raw = msgspec.Raw(b"[]")
+
+    def points(self) -> list[tuple[float, str]]:
+        """[(t, "v")]; PromError when they are not that."""
+        try:
+            return _points(self.values)
+        except msgspec.DecodeError:
+            raise PromError("a series' samples are not [time, \"value\"] pairs") from None
+
+
+class _Matrix(msgspec.Struct):
+    resultType: str = ""
+    result: list[RangeSeries] = msgspec.field(default_factory=list)
+
+
+class _MatrixAnswer(msgspec.Struct):
+    status: str = ""
+    data: _Matrix | None = None
+
+
+_decode_matrix = msgspec.json.Decoder(_MatrixAnswer).decode
+_points = msgspec.json.Decoder(list[tuple[float, str]]).decode
+
+
 class PromError(Exception):
     """The server did not answer usefully: one line, no secret in it."""
 
@@ -158,6 +196,19 @@ class PromClient:
         """The ``data`` of a successful API answer; PromError otherwise. ``deadline``
         (monotonic) bounds the whole exchange, reads included; by default ``timeout`` from
         now. ``what`` names the query in a refusal."""
+        body = self._body(path, params, deadline, what, max_series)
+        try:
+            answer = _decode(body)
+        except (ValueError, RecursionError, msgspec.DecodeError):
+            raise PromError(f"{self.shown}: the answer is not JSON") from None
+        if not isinstance(answer, dict) or answer.get("status") != "success":
+            detail = _api_error(body)
+            raise PromError(f"{self.shown}: the query failed" + (f": {detail}" if detail else ""))
+        return answer.get("data")
+
+    def _body(self, path: str, params: dict[str, str] | None, deadline: float | None,
+              what: str, max_series: int | None) -> bytes:
+        """One exchange's body, bounded (bytes, series, the deadline); PromError otherwise."""
         query = urllib.parse.urlencode(params or {})
         url = f"{self.base}{path}" + (f"?{query}" if query else "")
         with self._count:
@@ -182,14 +233,7 @@ class PromClient:
         except (OSError, http.client.HTTPException, ValueError) as exc:
             text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise PromError(f"{self.shown}: {one_line(text, 200)}") from None
-        try:
-            answer = _decode(body)
-        except (ValueError, RecursionError, msgspec.DecodeError):
-            raise PromError(f"{self.shown}: the answer is not JSON") from None
-        if not isinstance(answer, dict) or answer.get("status") != "success":
-            detail = _api_error(body)
-            raise PromError(f"{self.shown}: the query failed" + (f": {detail}" if detail else ""))
-        return answer.get("data")
+        return body
 
     def _received(self, n: int) -> None:
         with self._count:
@@ -218,6 +262,32 @@ class PromClient:
                   "step": f"{step:g}", "timeout": self._server_timeout(deadline)}
         return self._result(self.get("/api/v1/query_range", params, deadline, what,
                                      self.max_series), "matrix", what)
+
+    def query_range_series(self, expr: str, start: float, end: float, step: float,
+                           deadline: float | None = None, what: str = "the query"
+                           ) -> list[RangeSeries]:
+        """A range matrix aggregated to (``__name__``,) ``instance`` and ``gpu``, as
+        ``RangeSeries`` whose samples are read one series at a time."""
+        step = max(step, 0.001)
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                  "step": f"{step:g}", "timeout": self._server_timeout(deadline)}
+        body = self._body("/api/v1/query_range", params, deadline, what, self.max_series)
+        try:
+            answer = _decode_matrix(body)
+        except msgspec.ValidationError:
+            answer = None
+        except (ValueError, RecursionError, msgspec.DecodeError):
+            raise PromError(f"{self.shown}: the answer is not JSON") from None
+        if answer is not None and answer.status != "success":
+            detail = _api_error(body)
+            raise PromError(f"{self.shown}: the query failed" + (f": {detail}" if detail else ""))
+        data = answer.data if answer is not None else None
+        if data is None or data.resultType != "matrix":
+            raise PromError(f"{self.shown}: {what}: not a matrix answer")
+        if len(data.result) > self.max_series:
+            raise PromError(f"{self.shown}: {what}: {len(data.result)} series (limit "
+                            f"{self.max_series}, --prom-max-series; narrow it with filters)")
+        return data.result
 
     def _result(self, data: Any, kind: str, what: str) -> list[dict]:
         if not isinstance(data, dict) or data.get("resultType") != kind:

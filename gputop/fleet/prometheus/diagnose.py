@@ -25,7 +25,7 @@ from gputop.diagnostics.findings import Finding
 from gputop.diagnostics.live import LiveDiagnosis
 from gputop.diagnostics.live.common import MIN_SAMPLES, WINDOW_S
 from gputop.diagnostics.live.coverage import Coverage
-from gputop.fleet.prometheus.sources import CLOCK_EVENT_BITS, GpuRef
+from gputop.fleet.prometheus.sources import CLOCK_EVENT_BITS, Columns, GpuRef
 
 FILL_S = WINDOW_S / MIN_SAMPLES  # 3 samples in the rules' window
 HELD_SHARE = 0.05  # memory used that counts as a GPU held (as gpu-idle's own threshold)
@@ -80,37 +80,37 @@ class NodeDiagnosis:
         self.xid: dict[int, int] = {}  # GPU -> its last XID (non-zero)
         self._procs: dict[int, tuple[tuple, tuple[ProcSample, ...]]] = {}
 
-    def feed(self, refs: dict[int, GpuRef],
-             series: dict[int, dict[str, list[tuple[float, float]]]]) -> None:
-        """Take every sample newer than the last one fed, in time order."""
+    def feed(self, refs: dict[int, GpuRef], rows: dict[int, int | None],
+             columns: Columns) -> None:
+        """Take every sample newer than the last one fed, in time order: ``rows`` are the
+        node's GPUs' rows (index -> row, None: no series) of the refresh's ``columns``."""
         self.refs = refs
-        times = sorted({t for fields in series.values() for points in fields.values()
-                        for t, _ in points if self.last_time is None or t > self.last_time})
-        if not times:
-            return
-        at = {index: {name: dict(points) for name, points in fields.items()}
-              for index, fields in series.items()}
-        for t in times:
-            snap = self._snapshot(t, refs, at)
+        node_rows = list(rows.values())
+        for k, t in enumerate(columns.times()):
+            if self.last_time is not None and t <= self.last_time:
+                continue
+            if not columns.has(node_rows, k):
+                continue
+            snap = self._snapshot(t, k, refs, rows, columns)
             gap = None if self.last_time is None else t - self.last_time
             # Fill the rules' window when the store's samples are further apart than it needs.
-            for k in (2, 1):
-                filler = t - k * FILL_S
-                if gap is None or gap > k * FILL_S + 0.5:
+            for j in (2, 1):
+                filler = t - j * FILL_S
+                if gap is None or gap > j * FILL_S + 0.5:
                     if self.last_time is None or filler > self.last_time:
                         self.diagnosis.update(replace(snap, time=filler), evaluate=False)
             self.diagnosis.update(snap)
             self.coverage.add(snap)
             self.last_time = t
 
-    def _snapshot(self, t: float, refs: dict[int, GpuRef],
-                  at: dict[int, dict[str, dict[float, float]]]) -> Snapshot:
+    def _snapshot(self, t: float, k: int, refs: dict[int, GpuRef], rows: dict[int, int | None],
+                  columns: Columns) -> Snapshot:
         gpus = []
         for index in sorted(refs):
-            fields = at.get(index, {})
+            row = rows.get(index)
 
-            def get(name: str, _f=fields) -> float | None:
-                return _f.get(name, {}).get(t)
+            def get(name: str, _row=row) -> float | None:
+                return columns.get(_row, name, k)
 
             ref = refs[index]
             used, total = get("mem_used"), get("mem_total")

@@ -24,7 +24,7 @@ _POD_OWNER = (re.compile(r"-(master|worker|launcher|chief|ps)-\d+$"), re.compile
               re.compile(r"-[a-z0-9]{5}$"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeFinding:
     """A finding of one node (its host leads), from gputop's exporter or the live rules."""
 
@@ -48,7 +48,7 @@ class NodeFinding:
                 "next_step": self.next_step, "cost_s": self.cost_s, "job": self.job}
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuView:
     ref: GpuRef
     util: float | None = None
@@ -72,7 +72,7 @@ class GpuView:
         return max(0.0, 1.0 - self.util_hour / 100.0) * self.seen_s / 3600.0
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeView:
     instance: str
     host: str
@@ -167,11 +167,8 @@ def build_nodes(data: FleetData, diagnoses: dict) -> dict[str, NodeView]:
         if node is None:
             node = nodes[ref.instance] = NodeView(ref.instance, ref.host or ref.instance,
                                                   ref.source)
-        series = data.series.get(key, {})
-
-        def last(name: str, _s=series) -> float | None:
-            points = _s.get(name)
-            return points[-1][1] if points else None
+        def last(name: str, _key=key) -> float | None:
+            return data.series.last(_key, name)
 
         view = GpuView(ref, util=last("util_gpu"), mem_used=last("mem_used"),
                        mem_total=last("mem_total"), power_w=last("power_w"),

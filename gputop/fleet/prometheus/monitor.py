@@ -152,15 +152,15 @@ class PromFleetMonitor:
         for key, ref in data.gpus.items():
             if ref.source != "dcgm":
                 continue
-            refs, series = by_node.setdefault(ref.instance, ({}, {}))
+            refs, rows = by_node.setdefault(ref.instance, ({}, {}))
             refs[key[1]] = ref
-            series[key[1]] = data.series.get(key, {})
-        for instance, (refs, series) in by_node.items():
+            rows[key[1]] = data.series.rows.get(key)
+        for instance, (refs, rows) in by_node.items():
             diag = self.diagnoses.get(instance)
             if diag is None:
                 host = next(iter(refs.values())).host or instance
                 diag = self.diagnoses[instance] = NodeDiagnosis(instance, host)
-            diag.feed(refs, series)
+            diag.feed(refs, rows, data.series)
         for gone in [i for i in self.diagnoses if i not in by_node]:
             del self.diagnoses[gone]
         nodes = build_nodes(data, self.diagnoses)

@@ -22,14 +22,25 @@ as query text (filters are quoted by ``client.quote``).
 from __future__ import annotations
 
 import functools
+import math
+import threading
 import time
+from array import array
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from gputop.fleet.prometheus import dcgm_names
-from gputop.fleet.prometheus.client import LABEL_NAME, PromClient, PromError, number, quote
+from gputop.fleet.prometheus.client import (
+    LABEL_NAME,
+    PromClient,
+    PromError,
+    RangeSeries,
+    number,
+    quote,
+)
 from gputop.fleet.wire import one_line
 
 MIB = 1048576.0
@@ -109,7 +120,7 @@ class Filters:
         return tuple(n for n, _ in self.labels)
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuRef:
     """One GPU of the inventory: where it is and who holds it (labels, untrusted, escaped)."""
 
@@ -122,6 +133,87 @@ class GpuRef:
     labels: dict[str, str] = field(default_factory=dict)  # owner and filter labels, non-empty
 
 
+NAN = math.nan
+
+
+class Columns:
+    """A refresh's range answers: one row per (instance, gpu), one column per field, one
+    value per time of the query's grid (``start + k * step``; Prometheus answers on it), NaN
+    where there is no sample. 8 bytes a value: as (t, v) tuples of Python floats it was ~110,
+    and an 80,000-GPU fleet's first refresh holds some 6 million. Rows are given out under a
+    lock (the answers are read on several threads); each column is written by one thread."""
+
+    def __init__(self, start: float, end: float, step: float) -> None:
+        self.start, self.step = start, max(step, 0.001)
+        self.n = max(1, int(round((end - start) / self.step)) + 1)
+        self.rows: dict[tuple[str, int], int] = {}
+        self.values: dict[str, array] = {}
+        self._lock = threading.Lock()
+
+    def times(self) -> list[float]:
+        return [self.start + k * self.step for k in range(self.n)]
+
+    def row(self, key: tuple[str, int]) -> int:
+        found = self.rows.get(key)
+        if found is None:
+            with self._lock:
+                found = self.rows.setdefault(key, len(self.rows))
+        return found
+
+    def slot(self, t: float) -> int | None:
+        """The grid index of a sample's time, or None off the grid."""
+        k = round((t - self.start) / self.step)
+        return k if 0 <= k < self.n and abs(self.start + k * self.step - t) < 1e-3 else None
+
+    def put(self, name: str, row: int, k: int, value: float) -> None:
+        column = self.values.get(name)
+        if column is None:
+            column = self.values.setdefault(name, array("d"))
+        need = (row + 1) * self.n
+        if len(column) < need:
+            column.extend(repeat(NAN, need - len(column)))
+        column[row * self.n + k] = value
+
+    def get(self, row: int | None, name: str, k: int) -> float | None:
+        column = self.values.get(name)
+        if row is None or column is None:
+            return None
+        i = row * self.n + k
+        if i >= len(column):
+            return None
+        v = column[i]
+        return None if v != v else v
+
+    def last(self, key: tuple[str, int], name: str) -> float | None:
+        """The newest value of a GPU's field, or None."""
+        row = self.rows.get(key)
+        for k in range(self.n - 1, -1, -1):
+            v = self.get(row, name, k)
+            if v is not None:
+                return v
+        return None
+
+    def points(self, key: tuple[str, int], name: str) -> list[tuple[float, float]]:
+        """[(t, value)] of a GPU's field, in time order."""
+        row = self.rows.get(key)
+        out = []
+        for k, t in enumerate(self.times()):
+            v = self.get(row, name, k)
+            if v is not None:
+                out.append((t, v))
+        return out
+
+    def has(self, rows: Iterable[int | None], k: int) -> bool:
+        """Whether any of ``rows`` has a sample at grid index ``k``."""
+        for column in self.values.values():
+            for row in rows:
+                if row is not None and row * self.n + k < len(column):
+                    v = column[row * self.n + k]
+                    if v == v:
+                        return True
+        return False
+
+
 @dataclass
 class FleetData:
     """One refresh's answers, parsed."""
@@ -129,9 +221,8 @@ class FleetData:
     end: float
     sample_s: float = 15.0  # the store's sample interval: a sample stands for this long
     gpus: dict[tuple[str, int], GpuRef] = field(default_factory=dict)
-    # (instance, gpu) -> field -> [(t, value)], in time order
-    series: dict[tuple[str, int], dict[str, list[tuple[float, float]]]] = field(
-        default_factory=dict)
+    # Every GPU field over the refresh's range (``Columns``): (instance, gpu) x field x time.
+    series: Columns = field(default_factory=lambda: Columns(0.0, 0.0, 1.0))
     findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # instance -> list
     job_series: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     ranks: dict[tuple[str, int], str] = field(default_factory=dict)  # (instance, gpu) -> rank
@@ -176,8 +267,12 @@ def naming_query(sel: str) -> str:
 
 
 def _gpu_index(metric: dict) -> int | None:
+    return _index(str(metric.get("gpu", "")))
+
+
+def _index(text: str) -> int | None:
     try:
-        value = int(str(metric.get("gpu", "")))
+        value = int(text)
     except ValueError:
         return None
     return value if 0 <= value < MAX_GPU_INDEX else None
@@ -205,7 +300,8 @@ def fetch(client: PromClient, start: float, end: float, step: float,
     filters = filters or Filters()
     sel = filters.selector()
     queries, received = client.queries, client.bytes
-    data = FleetData(end=end, sample_s=step)
+    data = FleetData(end=end, sample_s=step, series=Columns(start, end, step))
+    columns = data.series
     extra = filters.names()
     asks: dict[str, tuple] = {
         "dcgm": (client.query, inventory_query(DCGM_INVENTORY, sel, extra), end),
@@ -213,8 +309,8 @@ def fetch(client: PromClient, start: float, end: float, step: float,
                                                  extra), end),
         "hosts": (client.query, "group by (instance, hostname) (gputop_info)", end),
         "naming": (client.query, naming_query(sel), end),
-        "gputop_fields": (client.query_range, fields_query(GPUTOP_FIELDS, sel), start, end,
-                          step),
+        "gputop_fields": (client.query_range_series, fields_query(GPUTOP_FIELDS, sel), start,
+                          end, step),
         "findings": (client.query, "gputop_finding_active == 1", end),
         "jobs": (client.query, job_query(), end),
         "avg": (client.query, waste_query(sel, "avg_over_time"), end),
@@ -226,19 +322,21 @@ def fetch(client: PromClient, start: float, end: float, step: float,
     fields = [m for m in DCGM_MODEL_FIELDS
               if present is None or present & set(dcgm_names.by_model()[m])]
     for model in fields:
-        asks[f"dcgm:{model}"] = (client.query_range, dcgm_names.field_query(model, sel), start,
-                                 end, step)
-    # The big answers are made compact in their own thread, as soon as they arrive: their
-    # JSON trees never sit in memory together with the rest.
+        asks[f"dcgm:{model}"] = (client.query_range_series, dcgm_names.field_query(model, sel),
+                                 start, end, step)
+    # The range answers go into the columns in their own thread, as soon as they arrive: one
+    # series' samples are Python objects at a time.
 
     def ask(name: str, call, *args):
         # One deadline per query, from when it is sent: reads included.
         answer = call(*args, deadline=time.monotonic() + client.timeout,
                       what=f"the {name} query")
         if name == "gputop_fields":
-            return _field_points(answer)
+            _put_series(columns, answer, None)
+            return None
         if name.startswith("dcgm:"):
-            return _one_field(answer, name[5:])
+            _put_series(columns, answer, name[5:])
+            return None
         return answer
 
     with ThreadPoolExecutor(PARALLEL, thread_name_prefix="gputop-prom") as pool:
@@ -286,11 +384,7 @@ def fetch(client: PromClient, start: float, end: float, step: float,
         if naming:
             data.namings[instance] = naming
     if data.gpus:
-        for name in ["gputop_fields", *(f"dcgm:{m}" for m in fields)]:
-            for key, fields in answers.pop(name).items():
-                if key in data.gpus:
-                    data.series.setdefault(key, {}).update(fields)
-        _totals(data)
+        _totals(columns)
         _findings(answers["findings"], data, instances)
         _jobs(answers["jobs"], data)
         avg = {(_label(i["metric"], "instance", 200), _gpu_index(i["metric"])): number(
@@ -306,57 +400,42 @@ def fetch(client: PromClient, start: float, end: float, step: float,
     return data
 
 
-def _field_points(result: list[dict]) -> dict[tuple[str, int], dict[str, list]]:
-    """(instance, gpu) -> field -> [(t, value in the model's unit)] of one fields answer."""
-    out: dict[tuple[str, int], dict[str, list]] = {}
-    for item in result:
-        m = item.get("metric") if isinstance(item, dict) else None
-        values = item.get("values") if isinstance(item, dict) else None
-        if not isinstance(m, dict) or not isinstance(values, list):
+def _put_series(columns: Columns, result: list[RangeSeries], name: str | None) -> None:
+    """One range answer into the columns: a dcgm field's (``name``, in the model's unit
+    already: the server converted it) or the gputop exporter's fields (named by each series'
+    metric, scaled here)."""
+    for series in result:
+        m = series.metric
+        index = _index(m.gpu)
+        if index is None or not m.instance:
             continue
-        found = GPUTOP_FIELDS.get(str(m.get("__name__")))
-        index = _gpu_index(m)
-        if found is None or index is None:
-            continue
-        name, scale = found
-        points = []
-        for pair in values:
-            if isinstance(pair, list) and len(pair) == 2:
-                t, v = number(pair[0]), number(pair[1])
-                if t is not None and v is not None:
-                    points.append((t, v * scale))
-        out.setdefault((_label(m, "instance", 200), index), {})[name] = points
-    return out
+        field_name, scale = name, 1.0
+        if name is None:
+            found = GPUTOP_FIELDS.get(m.name)
+            if found is None:
+                continue
+            field_name, scale = found
+        assert field_name is not None
+        row = columns.row((_shown(m.instance, 200), index))
+        for t, v in series.points():
+            k = columns.slot(t)
+            value = number(v)
+            if k is not None and value is not None:
+                columns.put(field_name, row, k, value * scale)
 
 
-def _one_field(result: list[dict], name: str) -> dict[tuple[str, int], dict[str, list]]:
-    """(instance, gpu) -> {name: [(t, value)]} of one dcgm field's answer (in the model's
-    unit already: the server converted it)."""
-    out: dict[tuple[str, int], dict[str, list]] = {}
-    for item in result:
-        m = item.get("metric") if isinstance(item, dict) else None
-        values = item.get("values") if isinstance(item, dict) else None
-        if not isinstance(m, dict) or not isinstance(values, list):
-            continue
-        index = _gpu_index(m)
-        if index is None:
-            continue
-        points = []
-        for pair in values:
-            if isinstance(pair, list) and len(pair) == 2:
-                t, v = number(pair[0]), number(pair[1])
-                if t is not None and v is not None:
-                    points.append((t, v))
-        out[(_label(m, "instance", 200), index)] = {name: points}
-    return out
-
-
-def _totals(data: FleetData) -> None:
-    for fields in data.series.values():  # dcgm: the total is used + free
-        free = fields.pop("fb_free", None)
-        used = dict(fields.get("mem_used", ()))
-        if free and used and "mem_total" not in fields:
-            fields["mem_total"] = [(t, used[t] + v) for t, v in free if t in used]
+def _totals(columns: Columns) -> None:
+    """dcgm: the total is used + free, where a GPU has no total of its own."""
+    free, used = columns.values.pop("fb_free", None), columns.values.get("mem_used")
+    if free is None or used is None:
+        return
+    total = columns.values.get("mem_total")
+    n = columns.n
+    for i in range(min(len(free), len(used))):
+        f, u = free[i], used[i]
+        if f == f and u == u and (total is None or i >= len(total) or total[i] != total[i]):
+            columns.put("mem_total", i // n, i % n, u + f)
+            total = columns.values["mem_total"]
 
 
 def _ok_instant(item: Any) -> bool:
