@@ -199,14 +199,18 @@ def test_the_shipped_alert_rule_fires(stack):
     rules = prom.api("rules")["groups"]
     assert {g["name"] for g in rules} >= {"gputop-findings", "gputop-hardware"}
 
+    # On a busy host the starved GPU is named cpu-contention (tests/busy_host.py): its alert.
+    summaries = {"GputopDataLoaderStall": "starved by its input pipeline",
+                 "GputopCpuContention": "its job's threads wait for a CPU"}
+
     def firing():
         alerts = prom.api("alerts")["alerts"]
         return [a for a in alerts
-                if a["labels"]["alertname"] == "GputopDataLoaderStall" and a["state"] == "firing"]
+                if a["labels"]["alertname"] in summaries and a["state"] == "firing"]
 
     alert = wait_for(firing, timeout=2 * SLOW, interval=1.0)[0]
     assert alert["labels"]["gpu"] == "0" and alert["labels"]["job"] == "gputop"
-    assert "starved by its input pipeline" in alert["annotations"]["summary"]
+    assert summaries[alert["labels"]["alertname"]] in alert["annotations"]["summary"]
 
 
 def test_job_telemetry_from_the_agent(stack):

@@ -113,10 +113,16 @@ def wait_for_finding(env: dict, pid: int, fid: str, waited_s: float = 0,
         raise AssertionError(f"{exc}; the last {fid!r} finding: {last[0]}") from None
 
 
+def where(f: dict, rank: int) -> str:
+    """Where the finding says a rank is ("" when it does not say)."""
+    return f["where_by_rank"].get(str(rank), "")
+
+
 def test_a_sleeping_rank_is_named_with_the_op_its_seq_and_its_line(world, jobs):
     # Waited for seconds: before its hang a job on a loaded machine can have a straggler a
     # second late (the product names it; the scenario's rank is not it).
-    report, f = wait_for_finding(world, jobs["a"].pid, "hang", waited_s=3)
+    report, f = wait_for_finding(world, jobs["a"].pid, "hang", waited_s=3,
+                                 complete=lambda f: "hang_train.py:" in where(f, 2))
     assert report["verdict"] == "hang"
     assert f["ranks"] == [2] and f["waiting_ranks"] == [0, 1, 3], f
     assert f["collective"].endswith("all_reduce") and isinstance(f["seq"], int), f
@@ -124,7 +130,8 @@ def test_a_sleeping_rank_is_named_with_the_op_its_seq_and_its_line(world, jobs):
 
 
 def test_b_a_rank_holding_the_gil_is_read_by_py_spy(world, jobs):
-    report, f = wait_for_finding(world, jobs["b"].pid, "hang", waited_s=3)
+    report, f = wait_for_finding(world, jobs["b"].pid, "hang", waited_s=3,
+                                 complete=lambda f: "hang_train.py:" in where(f, 1))
     assert f["ranks"] == [1] and f["collective"].endswith("all_reduce"), f
     assert isinstance(f["seq"], int)
     # The loop's two lines: py-spy catches it on either.
@@ -139,8 +146,7 @@ def test_c_a_killed_rank_is_named_rank_exited(world, jobs):
     job_id = wait_for(lambda: _ranks(jobs["c"].pid, 3), timeout=SLOW)[0]
     report, f = wait_for_finding(
         world, jobs["c"].pid, "rank-exited",
-        complete=lambda f: all("hang_train.py:" in f["where_by_rank"].get(str(r), "")
-                               for r in f["waiting_ranks"]))
+        complete=lambda f: all("hang_train.py:" in where(f, r) for r in f["waiting_ranks"]))
     # Killed mid-step, rank 3 may have left some ranks in the collective before: those wait
     # there, the others in the next one; either way only the others wait.
     assert f["ranks"] == [3] and f["waiting_ranks"] and set(f["waiting_ranks"]) <= {0, 1, 2}, f
@@ -175,7 +181,8 @@ def kill_rank_3(launcher: int) -> None:
 
 
 def test_d_a_desync_names_both_calls(world, jobs):
-    report, f = wait_for_finding(world, jobs["d"].pid, "desync")
+    report, f = wait_for_finding(world, jobs["d"].pid, "desync",
+                                 complete=lambda f: "hang_train.py:" in where(f, 0))
     assert f["ranks"] == [0], f
     calls = {c["call"].split()[0] for c in f["calls"]}
     assert calls == {"gloo:all_gather", "gloo:all_reduce"}, f

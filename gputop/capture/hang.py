@@ -27,7 +27,8 @@ from gputop.stacks.profile import Frame, ThreadNow, parse_dump
 from gputop.stacks.pyspy import NOT_INSTALLED, _dump, find_py_spy
 
 FR_TIMEOUT_S = 5.0  # the agent's reply to fr_dump (it bounds the dump itself to 3 s)
-STACK_TIMEOUT_S = 10.0  # py-spy dump's own deadline (gputop.stacks.pyspy)
+STACK_TIMEOUT_S = 10.0  # every py-spy dump of a rank together (gputop.stacks.pyspy)
+STACK_TRIES = 3
 MAX_RANKS = 1024  # local ranks collected at once (threads: two per rank)
 _ENV_LIMIT = 1 << 20  # bytes of /proc/PID/environ read
 
@@ -224,12 +225,19 @@ def _stack(rank: RankCollected, binary: str | None, workdir: Path) -> None:
     if why is not None:
         rank.stack_error = why
         return
-    text = _dump(binary, rank.pid, workdir)
-    threads = parse_dump(text, rank.pid) if text else []
-    if threads:
-        rank.threads = threads
-    else:
-        rank.stack_error = f"py-spy could not read pid {rank.pid}'s stacks"
+    # --nonblocking reads a running process's memory as it changes: a read can catch it
+    # mid-update and fail, the next one not. Tried again while the bound allows.
+    deadline = time.monotonic() + STACK_TIMEOUT_S
+    for _ in range(STACK_TRIES):
+        left = deadline - time.monotonic()
+        if left < 0.5:
+            break
+        text = _dump(binary, rank.pid, workdir, left)
+        threads = parse_dump(text, rank.pid) if text else []
+        if threads:
+            rank.threads = threads
+            return
+    rank.stack_error = f"py-spy could not read pid {rank.pid}'s stacks"
 
 
 def collect(target: str, stacks: bool = True) -> HangCollection:

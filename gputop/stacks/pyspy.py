@@ -177,13 +177,13 @@ def _record_command(binary: str, pid: int, seconds: int, rate: int, out: Path,
     return [*cmd, "--idle"] if idle else cmd
 
 
-def _dump(binary: str, pid: int, workdir: Path) -> str | None:
+def _dump(binary: str, pid: int, workdir: Path, timeout: float = DUMP_TIMEOUT_S) -> str | None:
     out = workdir / f"dump-{pid}.json"
     try:
         with open(out, "wb") as sink:
             subprocess.run([binary, "dump", "--pid", str(pid), "--json", "--nonblocking"],
                            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.DEVNULL,
-                           timeout=DUMP_TIMEOUT_S, check=False)
+                           timeout=max(0.1, timeout), check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return _read_bounded(out, MAX_DUMP)

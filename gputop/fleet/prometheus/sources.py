@@ -141,7 +141,9 @@ class Columns:
     value per time of the query's grid (``start + k * step``; Prometheus answers on it), NaN
     where there is no sample. 8 bytes a value: as (t, v) tuples of Python floats it was ~110,
     and an 80,000-GPU fleet's first refresh holds some 6 million. Rows are given out under a
-    lock (the answers are read on several threads); each column is written by one thread."""
+    lock (the answers are read on several threads). A column can be written from two threads
+(a field both exporters have): a value's place is fixed by its row and time, and growing a
+column only appends NaN, so a write never moves another."""
 
     def __init__(self, start: float, end: float, step: float) -> None:
         self.start, self.step = start, max(step, 0.001)
