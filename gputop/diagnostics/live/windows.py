@@ -152,9 +152,9 @@ class _GpuWindows:
 
     def __init__(self, since: float) -> None:
         self.window: list[tuple[float, GpuSample]] = []  # the last WINDOW_S
-        # The last HUNG_S as the agents' step counts by pid (all the hung rule reads of it):
-        # a minute of whole samples, processes and agent replies included, was most of the
-        # monitor's memory growth.
+        # The last HUNG_S as the agents' step counts by pid (all the hung rule reads of it),
+        # of the samples that have any: a minute of whole samples, processes and agent
+        # replies included, was most of the monitor's memory growth.
         self.hang: list[tuple[float, Mapping[int, object]]] = []
         self.last_busy: float | None = None  # the last sample with GPU work (util >= 1 %)
         self.memory = _RunningFit()  # mem_used over the last MEMORY_WINDOW_S
@@ -162,7 +162,9 @@ class _GpuWindows:
 
     def add(self, t: float, g: GpuSample) -> None:
         self.window.append((t, g))
-        self.hang.append((t, _steps_by_pid(g)))
+        steps = _steps_by_pid(g)
+        if steps is not _NO_STEPS:  # the hung rule reads reported steps only
+            self.hang.append((t, steps))
         if (g.util_gpu or 0) >= WORKED_UTIL:
             self.last_busy = t
         if g.mem_used is not None:

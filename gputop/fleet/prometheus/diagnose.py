@@ -30,6 +30,7 @@ from gputop.fleet.prometheus.sources import CLOCK_EVENT_BITS, Columns, GpuRef
 FILL_S = WINDOW_S / MIN_SAMPLES  # 3 samples in the rules' window
 HELD_SHARE = 0.05  # memory used that counts as a GPU held (as gpu-idle's own threshold)
 XID_LOST = 79  # fallen off the bus
+DRIVER = DriverInfo(available=True)
 
 DCGM_NOTES = (
     "DCGM names no process: dataloader-stall, host-bound, host-sync and contention not assessed "
@@ -73,6 +74,7 @@ class NodeDiagnosis:
     def __init__(self, instance: str, host: str) -> None:
         self.instance = instance
         self.host = host
+        self._host = HostSample(hostname=host)  # every snapshot's: DCGM gives no host sample
         self.diagnosis = LiveDiagnosis(own_pid=-1)
         self.coverage = Coverage()
         self.last_time: float | None = None
@@ -139,8 +141,7 @@ class NodeDiagnosis:
                 ecc_volatile=int(ecc) if ecc is not None else None,
                 sm_active=get("sm_active"), tensor_active=get("tensor_active"),
                 dram_active=get("dram_active"), processes=procs))
-        return Snapshot(time=t, host=HostSample(hostname=self.host),
-                        driver=DriverInfo(available=True), gpus=tuple(gpus))
+        return Snapshot(time=t, host=self._host, driver=DRIVER, gpus=tuple(gpus))
 
     def _held(self, index: int, ref: GpuRef, held: str, used: float | None
               ) -> tuple[ProcSample, ...]:

@@ -9,6 +9,7 @@ event loop never waits on a query: it reads ``state()``, an immutable snapshot.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import math
 import threading
@@ -31,6 +32,24 @@ BACKOFF_MAX_S = 60.0
 DEFAULT_SCRAPE_S = 15.0
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 128 * 1024  # glibc's initial value
+
+
+def map_large_blocks() -> None:
+    """Keep glibc's mmap threshold at its initial 128 KiB. glibc raises it each time a large
+    block is freed (up to 32 MiB); after that a refresh's answer bodies and columns come from
+    the heap, and their pages stay with the process between refreshes. Mapped, they go back
+    to the system when freed: 1,000 dcgm nodes' RSS 108 -> 94 MB after five refreshes. A
+    no-op where there is no mallopt (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
 @dataclass(frozen=True)
 class FleetState:
     ok: bool  # the last try answered
@@ -51,6 +70,7 @@ class PromFleetMonitor:
     def __init__(self, client: PromClient, filters: Filters | None = None,
                  interval: float = 1.0, on_change: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
+        map_large_blocks()
         self.client = client
         self.clock = clock  # wall time of "now" (a benchmark replays a stored day)
         self.filters = filters or Filters()
