@@ -190,3 +190,16 @@ def test_range_answers_are_read_onto_the_grid_and_bad_ones_refused(server):
     pairs = PromClient(server(matrix([{"metric": {}, "values": [["x"]]}])).url)
     with pytest.raises(PromError, match=r'not \[time, "value"\] pairs'):
         pairs.query_range_series("up", 0, 10, 5)[0].points()
+
+
+def test_a_refresh_never_grows_past_its_bound_of_values():
+    """A column holds MAX_VALUES at most: a sample at row x time past it is refused in one
+    line, not allocated (a server's answer decides the rows)."""
+    from gputop.fleet.prometheus.sources import MAX_VALUES, Columns
+
+    cols = Columns(0, 9, 1)  # 10 times
+    cols.put("util_gpu", cols.row(("n:1", 0)), 9, 1.0)
+    assert cols.last(("n:1", 0), "util_gpu") == 1.0
+    with pytest.raises(PromError, match=f"more than {MAX_VALUES} samples of util_gpu"):
+        cols.put("util_gpu", MAX_VALUES // 10, 0, 1.0)
+    assert len(cols.values["util_gpu"]) == 10

@@ -30,6 +30,7 @@ WARMUP_S = 120.0  # history read at start: the hang rule's minute and the rules'
 CATCH_UP_MAX_S = 600.0  # after an outage, at most this much history is read back
 BACKOFF_MAX_S = 60.0
 DEFAULT_SCRAPE_S = 15.0
+MIN_SCRAPE_S = 1.0
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -127,7 +128,9 @@ class PromFleetMonitor:
         """One refresh; returns the seconds to wait before the next one."""
         try:
             if self._scrape_s is None:
-                self._scrape_s = self.client.scrape_interval() or DEFAULT_SCRAPE_S
+                # At least a second: the range queries' grid follows it.
+                self._scrape_s = max(MIN_SCRAPE_S,
+                                     self.client.scrape_interval() or DEFAULT_SCRAPE_S)
             refresh = max(self._scrape_s, self.interval)
             state = self._refresh(self._scrape_s, refresh)
         except PromError as exc:

@@ -134,6 +134,9 @@ class GpuRef:
 
 
 NAN = math.nan
+# One field's values in one refresh: 200,000 GPUs x 40 samples (10 minutes caught up at a
+# 15 s scrape interval), 64 MiB.
+MAX_VALUES = 8_000_000
 
 
 class Columns:
@@ -142,8 +145,9 @@ class Columns:
     where there is no sample. 8 bytes a value: as (t, v) tuples of Python floats it was ~110,
     and an 80,000-GPU fleet's first refresh holds some 6 million. Rows are given out under a
     lock (the answers are read on several threads). A column can be written from two threads
-(a field both exporters have): a value's place is fixed by its row and time, and growing a
-column only appends NaN, so a write never moves another."""
+    (a field both exporters have): a value's place is fixed by its row and time, and growing a
+    column only appends NaN, so a write never moves another. A column holds MAX_VALUES at
+    most: a server that answers more (rows x times) is refused, never grown into."""
 
     def __init__(self, start: float, end: float, step: float) -> None:
         self.start, self.step = start, max(step, 0.001)
@@ -172,6 +176,9 @@ column only appends NaN, so a write never moves another."""
         if column is None:
             column = self.values.setdefault(name, array("d"))
         need = (row + 1) * self.n
+        if need > MAX_VALUES:
+            raise PromError(f"more than {MAX_VALUES} samples of {name} in one refresh (GPUs x "
+                            "times; narrow it with filters)")
         if len(column) < need:
             column.extend(repeat(NAN, need - len(column)))
         column[row * self.n + k] = value
