@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -202,9 +202,12 @@ class PromClient:
         except (ValueError, RecursionError, msgspec.DecodeError):
             raise PromError(f"{self.shown}: the answer is not JSON") from None
         if not isinstance(answer, dict) or answer.get("status") != "success":
-            detail = _api_error(body)
-            raise PromError(f"{self.shown}: the query failed" + (f": {detail}" if detail else ""))
+            self._failed(body)
         return answer.get("data")
+
+    def _failed(self, body: bytes) -> NoReturn:
+        detail = _api_error(body)
+        raise PromError(f"{self.shown}: the query failed" + (f": {detail}" if detail else ""))
 
     def _body(self, path: str, params: dict[str, str] | None, deadline: float | None,
               what: str, max_series: int | None) -> bytes:
@@ -257,37 +260,34 @@ class PromClient:
     def query_range(self, expr: str, start: float, end: float, step: float,
                     deadline: float | None = None, what: str = "the query") -> list[dict]:
         """A range matrix: [{"metric": {...}, "values": [[t, "v"], ...]}]."""
-        step = max(step, 0.001)
-        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                  "step": f"{step:g}", "timeout": self._server_timeout(deadline)}
+        params = self._range_params(expr, start, end, step, deadline)
         return self._result(self.get("/api/v1/query_range", params, deadline, what,
                                      self.max_series), "matrix", what)
+
+    def _range_params(self, expr: str, start: float, end: float, step: float,
+                      deadline: float | None) -> dict[str, str]:
+        return {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                "step": f"{max(step, 0.001):g}", "timeout": self._server_timeout(deadline)}
 
     def query_range_series(self, expr: str, start: float, end: float, step: float,
                            deadline: float | None = None, what: str = "the query"
                            ) -> list[RangeSeries]:
         """A range matrix aggregated to (``__name__``,) ``instance`` and ``gpu``, as
         ``RangeSeries`` whose samples are read one series at a time."""
-        step = max(step, 0.001)
-        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                  "step": f"{step:g}", "timeout": self._server_timeout(deadline)}
+        params = self._range_params(expr, start, end, step, deadline)
         body = self._body("/api/v1/query_range", params, deadline, what, self.max_series)
         try:
             answer = _decode_matrix(body)
-        except msgspec.ValidationError:
+        except msgspec.ValidationError:  # JSON, but not shaped as a matrix answer
             answer = None
         except (ValueError, RecursionError, msgspec.DecodeError):
             raise PromError(f"{self.shown}: the answer is not JSON") from None
         if answer is not None and answer.status != "success":
-            detail = _api_error(body)
-            raise PromError(f"{self.shown}: the query failed" + (f": {detail}" if detail else ""))
+            self._failed(body)
         data = answer.data if answer is not None else None
         if data is None or data.resultType != "matrix":
             raise PromError(f"{self.shown}: {what}: not a matrix answer")
-        if len(data.result) > self.max_series:
-            raise PromError(f"{self.shown}: {what}: {len(data.result)} series (limit "
-                            f"{self.max_series}, --prom-max-series; narrow it with filters)")
-        return data.result
+        return self._counted(data.result, what)
 
     def _result(self, data: Any, kind: str, what: str) -> list[dict]:
         if not isinstance(data, dict) or data.get("resultType") != kind:
@@ -295,6 +295,10 @@ class PromClient:
         result = data.get("result")
         if not isinstance(result, list):
             raise PromError(f"{self.shown}: {what}: not a {kind} answer")
+        return self._counted(result, what)
+
+    def _counted(self, result: list, what: str) -> list:
+        """``result`` when it has ``max_series`` series or fewer; PromError otherwise."""
         if len(result) > self.max_series:
             raise PromError(f"{self.shown}: {what}: {len(result)} series (limit "
                             f"{self.max_series}, --prom-max-series; narrow it with filters)")

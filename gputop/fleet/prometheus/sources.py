@@ -195,32 +195,18 @@ class Columns:
 
     def last(self, key: tuple[str, int], name: str) -> float | None:
         """The newest value of a GPU's field, or None."""
-        row = self.rows.get(key)
-        for k in range(self.n - 1, -1, -1):
-            v = self.get(row, name, k)
-            if v is not None:
-                return v
-        return None
+        found = self.points(key, name)
+        return found[-1][1] if found else None
 
     def points(self, key: tuple[str, int], name: str) -> list[tuple[float, float]]:
         """[(t, value)] of a GPU's field, in time order."""
         row = self.rows.get(key)
-        out = []
-        for k, t in enumerate(self.times()):
-            v = self.get(row, name, k)
-            if v is not None:
-                out.append((t, v))
-        return out
+        got = ((t, self.get(row, name, k)) for k, t in enumerate(self.times()))
+        return [(t, v) for t, v in got if v is not None]
 
     def has(self, rows: Iterable[int | None], k: int) -> bool:
         """Whether any of ``rows`` has a sample at grid index ``k``."""
-        for column in self.values.values():
-            for row in rows:
-                if row is not None and row * self.n + k < len(column):
-                    v = column[row * self.n + k]
-                    if v == v:
-                        return True
-        return False
+        return any(self.get(row, name, k) is not None for name in self.values for row in rows)
 
 
 @dataclass
@@ -418,13 +404,10 @@ def _put_series(columns: Columns, result: list[RangeSeries], name: str | None) -
         index = _index(m.gpu)
         if index is None or not m.instance:
             continue
-        field_name, scale = name, 1.0
-        if name is None:
-            found = GPUTOP_FIELDS.get(m.name)
-            if found is None:
-                continue
-            field_name, scale = found
-        assert field_name is not None
+        found = (name, 1.0) if name is not None else GPUTOP_FIELDS.get(m.name)
+        if found is None:
+            continue
+        field_name, scale = found
         row = columns.row((_shown(m.instance, 200), index))
         for t, v in series.points():
             k = columns.slot(t)
